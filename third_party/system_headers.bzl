@@ -1,0 +1,19 @@
+"""A repository rule that exposes a directory of system headers as a cc_library.
+
+Headers under /usr/include are known to the toolchain; headers elsewhere (the
+LibTorch C++ API, Open MPI, CUDA) must be declared so the sandbox sees them.
+"""
+
+def system_headers(name, path):
+    native.new_local_repository(
+        name = name,
+        path = path,
+        build_file_content = """
+cc_library(
+    name = "headers",
+    hdrs = glob(["**/*.h", "**/*.hpp", "**/*.cuh", "**/*.hxx"]),
+    includes = ["."],
+    visibility = ["//visibility:public"],
+)
+""",
+    )
