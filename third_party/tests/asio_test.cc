@@ -1,7 +1,7 @@
 // Asio is wired in: a TCP echo over loopback returns what was sent.
-#include <asio.hpp>
 #include <gtest/gtest.h>
 
+#include <asio.hpp>
 #include <string>
 #include <thread>
 

@@ -1,7 +1,9 @@
 // LibTorch is wired in: a tensor op and autograd give known values.
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <gtest/gtest.h>
+#include <fstream>
+#include <string>
 
 TEST(TorchTest, MatmulGivesKnownProduct) {
   torch::Tensor a = torch::tensor({{1.0f, 2.0f}, {3.0f, 4.0f}});
@@ -14,7 +16,7 @@ TEST(TorchTest, AutogradOfCubeIsThreeXSquared) {
   torch::Tensor x = torch::tensor({1.0, 2.0, 3.0}, torch::requires_grad());
   torch::Tensor y = (x * x * x).sum();
   y.backward();
-  EXPECT_TRUE(torch::allclose(x.grad(), torch::tensor({3.0, 12.0, 27.0}, torch::kDouble)));
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::tensor({3.0f, 12.0f, 27.0f})));
 }
 
 TEST(TorchTest, LinearLayerTrainsOnALine) {
@@ -31,4 +33,18 @@ TEST(TorchTest, LinearLayerTrainsOnALine) {
   }
   EXPECT_NEAR(fc->weight.item<float>(), 3.0f, 1e-2);
   EXPECT_NEAR(fc->bias.item<float>(), 1.0f, 1e-2);
+}
+
+// tools/setup.sh points libblas.so.3 at OpenBLAS; the reference BLAS is ~10x
+// slower at matmul (docs/build.md). After a matmul, OpenBLAS must be mapped.
+TEST(TorchTest, MatmulRunsOnOpenBlas) {
+  torch::Tensor a = torch::rand({256, 256});
+  torch::Tensor c = torch::mm(a, a);
+  ASSERT_EQ(c.size(0), 256);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  bool openblas = false;
+  while (std::getline(maps, line))
+    openblas = openblas || line.find("openblas") != std::string::npos;
+  EXPECT_TRUE(openblas) << "libblas.so.3 does not resolve to OpenBLAS; run tools/setup.sh";
 }
