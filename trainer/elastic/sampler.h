@@ -1,0 +1,45 @@
+// The elastic sampler: which samples each rank trains on, step by step, in a
+// world whose size may change in the middle of an epoch.
+//
+// An epoch is one permutation of the data set, a function of (seed, epoch)
+// only. Progress through it is a single number, the position: how many samples
+// of the permutation the job has consumed. A step of a world of W ranks with
+// per-rank batch B consumes the next W*B samples; rank r takes the r-th slice
+// of B. Because the state is only (epoch, position), a new world restored from
+// a commit continues exactly where the commit left off and every sample of the
+// epoch is used exactly once, whatever joins, leaves or fails in between.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace elastic::trainer {
+
+class ElasticSampler {
+ public:
+  // dataset_size > 0; the permutation of each epoch is derived from seed.
+  ElasticSampler(int64_t dataset_size, uint64_t seed);
+
+  // The order of all samples in an epoch (deterministic, platform-independent).
+  std::vector<int64_t> Permutation(uint64_t epoch) const;
+
+  // The indices rank `rank` of `world` trains on in the step that starts at
+  // `position` with per-rank batch `batch`. The last step of an epoch may be
+  // short: its samples are spread so ranks differ by at most one.
+  std::vector<int64_t> StepIndices(const std::vector<int64_t>& permutation, int64_t position,
+                                   int rank, int world, int64_t batch) const;
+
+  // The position after that step.
+  int64_t NextPosition(int64_t position, int world, int64_t batch) const;
+
+  // Steps left in the epoch from `position` for this world and batch.
+  int64_t StepsLeft(int64_t position, int world, int64_t batch) const;
+
+  int64_t dataset_size() const { return dataset_size_; }
+
+ private:
+  int64_t dataset_size_;
+  uint64_t seed_;
+};
+
+}  // namespace elastic::trainer

@@ -1,0 +1,97 @@
+#include "trainer/elastic/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace elastic::trainer {
+namespace {
+
+TEST(ElasticSamplerTest, PermutationIsAPermutationAndDependsOnEpochAndSeed) {
+  ElasticSampler sampler(1000, 7);
+  std::vector<int64_t> a = sampler.Permutation(0);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
+  EXPECT_EQ(a, ElasticSampler(1000, 7).Permutation(0));  // reproducible
+  EXPECT_NE(a, sampler.Permutation(1));                  // reshuffled every epoch
+  EXPECT_NE(a, ElasticSampler(1000, 8).Permutation(0));  // seed matters
+}
+
+TEST(ElasticSamplerTest, RanksOfAStepAreDisjointAndCoverTheEpoch) {
+  ElasticSampler sampler(1003, 1);  // not divisible by world * batch
+  const std::vector<int64_t> perm = sampler.Permutation(3);
+  std::multiset<int64_t> seen;
+  int64_t position = 0, steps = 0;
+  const int world = 4;
+  const int64_t batch = 32;
+  const int64_t expected_steps = sampler.StepsLeft(0, world, batch);
+  while (position < 1003) {
+    for (int r = 0; r < world; ++r) {
+      for (int64_t i : sampler.StepIndices(perm, position, r, world, batch)) seen.insert(i);
+    }
+    position = sampler.NextPosition(position, world, batch);
+    ++steps;
+  }
+  EXPECT_EQ(steps, expected_steps);
+  ASSERT_EQ(seen.size(), 1003u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 1003u);  // each exactly once
+}
+
+TEST(ElasticSamplerTest, ShortLastStepIsSpreadEvenly) {
+  ElasticSampler sampler(10, 0);
+  const std::vector<int64_t> perm = sampler.Permutation(0);
+  // 10 samples, world 3, batch 8: one short step of 4/3/3.
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 0, 3, 8).size(), 4u);
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 1, 3, 8).size(), 3u);
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 2, 3, 8).size(), 3u);
+  EXPECT_TRUE(sampler.StepIndices(perm, 10, 0, 3, 8).empty());
+}
+
+// The property the elastic trainer relies on: a world that changes at commit
+// points (and redoes the steps after the last commit after a failure) still
+// uses every sample of the epoch exactly once.
+TEST(ElasticSamplerTest, WorldChangesAtCommitsUseEverySampleOnce) {
+  const int64_t n = 5000, batch = 16;
+  ElasticSampler sampler(n, 42);
+  const std::vector<int64_t> perm = sampler.Permutation(0);
+  std::map<int64_t, int> uses;
+  int64_t committed = 0, position = 0;
+  const int worlds[] = {2, 4, 3, 1, 5, 2};
+  int phase = 0;
+  while (position < n) {
+    const int world = worlds[phase % 6];
+    std::vector<int64_t> step;
+    for (int r = 0; r < world; ++r) {
+      auto idx = sampler.StepIndices(perm, position, r, world, batch);
+      step.insert(step.end(), idx.begin(), idx.end());
+    }
+    position = sampler.NextPosition(position, world, batch);
+    for (int64_t i : step) ++uses[i];
+    if (position % 7 == 0 || position == n) committed = position;  // a commit
+    if (position - committed > 200) {
+      // A failure: the steps after the commit are discarded and redone by a
+      // different world; their samples are not counted twice.
+      for (int64_t i : std::vector<int64_t>(perm.begin() + committed, perm.begin() + position))
+        --uses[i];
+      position = committed;
+      ++phase;
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(uses.size()), n);
+  for (const auto& [index, count] : uses) ASSERT_EQ(count, 1) << "sample " << index;
+}
+
+TEST(ElasticSamplerTest, RejectsBadShapes) {
+  EXPECT_THROW(ElasticSampler(0, 1), std::invalid_argument);
+  ElasticSampler sampler(10, 0);
+  const auto perm = sampler.Permutation(0);
+  EXPECT_THROW(sampler.StepIndices(perm, 0, 3, 3, 8), std::invalid_argument);
+  EXPECT_THROW(sampler.StepIndices(perm, 0, 0, 0, 8), std::invalid_argument);
+  EXPECT_THROW(sampler.StepIndices(perm, 0, 0, 1, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace elastic::trainer
