@@ -9,6 +9,7 @@ PACKAGES=(
   # Libraries (wrapped as cc_library targets in third_party/BUILD.bazel)
   libtorch-dev libopenblas0-pthread libasio-dev capnproto libcapnp-dev
   prometheus-cpp-dev libgloo-dev libopenmpi-dev openmpi-bin libssl-dev
+  libcurl4-openssl-dev zlib1g-dev
   libgtest-dev libbenchmark-dev
   # Data, tests and the PyTorch peer of the benchmarks
   dataset-fashion-mnist prometheus python3-torch
