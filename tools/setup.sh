@@ -13,6 +13,8 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   # Data, tests and the PyTorch peer of the benchmarks
   dataset-fashion-mnist prometheus python3-torch
+  # JSON parser for tests (Prometheus API replies, the Grafana dashboard)
+  nlohmann-json3-dev
 )
 
 say() { echo "[setup] $*"; }
