@@ -1,0 +1,54 @@
+#include "models/layers.h"
+
+namespace elastic::models {
+
+namespace nn = torch::nn;
+
+nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                int64_t groups, bool bias) {
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).groups(groups).bias(bias));
+}
+
+nn::Sequential ConvBn1x1(int64_t in, int64_t out, int64_t stride) {
+  return nn::Sequential(Conv(in, out, 1, stride), nn::BatchNorm2d(out));
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride)
+    : conv1_(register_module("conv1", Conv(in_planes, planes, 3, stride, 1))),
+      conv2_(register_module("conv2", Conv(planes, planes, 3, 1, 1))),
+      bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
+      bn2_(register_module("bn2", nn::BatchNorm2d(planes))) {
+  if (stride != 1 || in_planes != kExpansion * planes) {
+    shortcut_ = register_module("shortcut", ConvBn1x1(in_planes, kExpansion * planes, stride));
+  }
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+  out = bn2_(conv2_(out));
+  out = out + (shortcut_ ? shortcut_->forward(x) : x);
+  return torch::relu(out);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride)
+    : conv1_(register_module("conv1", Conv(in_planes, planes, 1))),
+      conv2_(register_module("conv2", Conv(planes, planes, 3, stride, 1))),
+      conv3_(register_module("conv3", Conv(planes, kExpansion * planes, 1))),
+      bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
+      bn2_(register_module("bn2", nn::BatchNorm2d(planes))),
+      bn3_(register_module("bn3", nn::BatchNorm2d(kExpansion * planes))) {
+  if (stride != 1 || in_planes != kExpansion * planes) {
+    shortcut_ = register_module("shortcut", ConvBn1x1(in_planes, kExpansion * planes, stride));
+  }
+}
+
+torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+  out = torch::relu(bn2_(conv2_(out)));
+  out = bn3_(conv3_(out));
+  out = out + (shortcut_ ? shortcut_->forward(x) : x);
+  return torch::relu(out);
+}
+
+}  // namespace elastic::models

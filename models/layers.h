@@ -1,0 +1,54 @@
+// Building blocks shared by several models of the zoo (internal to models/).
+// Parameter names follow pytorch-cifar (conv1, bn1, ..., shortcut) so a state
+// dict reads the same in both worlds.
+#ifndef ELASTIC_MODELS_LAYERS_H_
+#define ELASTIC_MODELS_LAYERS_H_
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+namespace elastic::models {
+
+// nn.Conv2d with a square kernel; pytorch-cifar leaves out the bias wherever
+// a BatchNorm follows, hence the default.
+torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1,
+                       int64_t padding = 0, int64_t groups = 1, bool bias = false);
+
+// 1x1 convolution + BatchNorm: the projection shortcut of the residual blocks.
+torch::nn::Sequential ConvBn1x1(int64_t in, int64_t out, int64_t stride);
+
+// Two 3x3 convolutions with a residual connection (ResNet paper, Fig. 2 left).
+class BasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  torch::Tensor forward(torch::Tensor x);
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  torch::nn::Sequential shortcut_{nullptr};  // null: identity
+};
+TORCH_MODULE(BasicBlock);
+
+// 1x1 reduce, 3x3, 1x1 expand by 4 (ResNet paper, Fig. 5 right).
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride = 1);
+  torch::Tensor forward(torch::Tensor x);
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  torch::nn::Sequential shortcut_{nullptr};  // null: identity
+};
+TORCH_MODULE(Bottleneck);
+
+}  // namespace elastic::models
+
+#endif  // ELASTIC_MODELS_LAYERS_H_

@@ -1,0 +1,31 @@
+// The model zoo by name: what `--model NAME` and `--list-models` see.
+#ifndef ELASTIC_MODELS_REGISTRY_H_
+#define ELASTIC_MODELS_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/net.h"
+
+namespace elastic::models {
+
+struct ModelInfo {
+  std::string name;   // as on the command line, e.g. "resnet18"
+  std::string paper;  // where the architecture comes from
+};
+
+// Every model, in a stable order, resnet8 first.
+const std::vector<ModelInfo>& AvailableModels();
+
+// Builds a freshly initialised model. Throws std::invalid_argument naming the
+// unknown model and listing the valid names.
+std::shared_ptr<Net> CreateModel(const std::string& name, int64_t num_classes = 10);
+
+// Number of trainable parameters (requires_grad), counted over all submodules.
+int64_t CountParameters(const torch::nn::Module& module);
+
+}  // namespace elastic::models
+
+#endif  // ELASTIC_MODELS_REGISTRY_H_
