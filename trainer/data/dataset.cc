@@ -1,0 +1,78 @@
+#include "trainer/data/dataset.h"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "trainer/data/download.h"
+
+namespace elastic::trainer {
+
+const char* SplitName(Split split) { return split == Split::kTrain ? "train" : "test"; }
+
+InMemoryDataset::InMemoryDataset(std::string name, torch::Tensor images, torch::Tensor labels,
+                                 std::vector<std::string> class_names, Normalization normalization)
+    : name_(std::move(name)),
+      images_(std::move(images)),
+      labels_(std::move(labels)),
+      class_names_(std::move(class_names)),
+      normalization_(normalization) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("data set " + name_ + ": " + what);
+  };
+  if (images_.scalar_type() != torch::kUInt8 || images_.dim() != 4 || images_.size(1) != 3 ||
+      images_.size(2) != 32 || images_.size(3) != 32) {
+    std::ostringstream shape;
+    shape << images_.sizes() << " " << images_.scalar_type();
+    fail("images must be uint8 [N, 3, 32, 32], got " + shape.str());
+  }
+  if (labels_.scalar_type() != torch::kInt64 || labels_.dim() != 1 ||
+      labels_.size(0) != images_.size(0)) {
+    fail("labels must be int64 [N] with N = " + std::to_string(images_.size(0)));
+  }
+  if (class_names_.empty()) fail("no class names");
+  images_ = images_.contiguous();
+  labels_ = labels_.contiguous();
+  size_ = images_.size(0);
+  const int64_t* label = labels_.data_ptr<int64_t>();
+  for (int64_t i = 0; i < size_; ++i) {
+    if (label[i] < 0 || label[i] >= static_cast<int64_t>(class_names_.size())) {
+      fail("sample " + std::to_string(i) + " has label " + std::to_string(label[i]) +
+           ", expected 0.." + std::to_string(class_names_.size() - 1));
+    }
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (!(normalization_.std[c] > 0)) fail("normalization std must be positive");
+  }
+}
+
+Normalization MeasureNormalization(const torch::Tensor& images) {
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "expected images [N, 3, H, W]");
+  const torch::Tensor x = images.to(torch::kFloat64).div(255.0);
+  const torch::Tensor mean = x.mean({0, 2, 3});
+  const torch::Tensor std = x.std({0, 2, 3}, /*unbiased=*/false);
+  Normalization norm{};
+  for (int c = 0; c < 3; ++c) {
+    norm.mean[c] = static_cast<float>(mean[c].item<double>());
+    norm.std[c] = static_cast<float>(std[c].item<double>());
+  }
+  return norm;
+}
+
+std::vector<std::string> DatasetNames() { return {"cifar10", "fashion-mnist"}; }
+
+std::shared_ptr<Dataset> LoadDataset(const std::string& name, const std::string& data_dir,
+                                     Split split) {
+  if (name == "cifar10") {
+    return LoadCifar10(data_dir.empty() ? EnsureCifar10(CifarCacheDir()) : data_dir, split);
+  }
+  if (name == "fashion-mnist") {
+    return LoadFashionMnist(data_dir.empty() ? kFashionMnistDefaultDir : data_dir, split);
+  }
+  std::string known;
+  for (const std::string& n : DatasetNames()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown data set '" + name + "'; known: " + known);
+}
+
+}  // namespace elastic::trainer
