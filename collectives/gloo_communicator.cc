@@ -1,0 +1,217 @@
+#include "collectives/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "collectives/gloo_store.h"
+#include "collectives/half.h"
+#include "collectives/op_queue.h"
+#include "collectives/socket_tripwire.h"
+
+namespace elastic::collectives {
+namespace {
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+void RunAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, size_t count,
+                  uint32_t tag, Timeout timeout) {
+  gloo::AllreduceOptions options(context);
+  options.setOutput(static_cast<T*>(data), count);
+  options.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<T>));
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::allreduce(options);
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const Membership& membership, const GlooOptions& options,
+                   runtime::KeyValueStore& store)
+      : Communicator(membership, options.default_timeout) {
+    // A lazily connecting store client must open its socket before the
+    // tripwire is armed, or Abort would shut the store's connection down too.
+    store.Get(runtime::GenerationKey(membership.generation, "gloo/" + options.tag + "/warm"));
+    tripwire_.Arm();
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(membership.rank, membership.size);
+    context->setTimeout(options.rendezvous_timeout);
+    GlooStore gloo_store(store, membership.generation, options.tag, options.rendezvous_timeout);
+    try {
+      context->connectFullMesh(gloo_store, device_);
+    } catch (const CollectiveError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CollectiveError("gloo rendezvous of generation " +
+                            std::to_string(membership.generation) + " failed: " + e.what());
+    }
+    tripwire_.Capture();
+    context_ = std::move(context);
+    queue_ = std::make_unique<OpQueue>([this](const std::exception_ptr&) {
+      // This member is out of step with its peers now; make sure none of them
+      // waits for it until their timeout.
+      tripwire_.Trip();
+    });
+  }
+
+  ~GlooCommunicator() override {
+    // If an operation is still running (its peers never came), wake it so the
+    // queue's thread can be joined now rather than at the operation's timeout.
+    queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("communicator destroyed"))));
+    if (running_.load()) tripwire_.Trip();
+    queue_.reset();
+    context_.reset();
+    device_.reset();
+  }
+
+  std::string backend() const override { return "gloo"; }
+
+  void Abort() override {
+    queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("aborted"))));
+    tripwire_.Trip();
+  }
+
+ protected:
+  std::shared_ptr<Work> DoAllreduce(void* data, size_t count, DataType type, ReduceOp op,
+                                    Timeout timeout) override {
+    const std::string what = Describe(std::string("allreduce ") + ReduceOpName(op) + " " +
+                                      DataTypeName(type) + " x" + std::to_string(count));
+    return Submit(what, timeout, [=](uint32_t tag) {
+      if (count == 0 || size() == 1) return;
+      switch (type) {
+        case DataType::kFloat32:
+          RunAllreduce<float>(context_, data, count, tag, timeout);
+          break;
+        case DataType::kFloat64:
+          RunAllreduce<double>(context_, data, count, tag, timeout);
+          break;
+        case DataType::kInt64:
+          RunAllreduce<int64_t>(context_, data, count, tag, timeout);
+          break;
+        case DataType::kFloat16:
+          RunAllreduce<gloo::float16>(context_, data, count, tag, timeout);
+          break;
+        case DataType::kBFloat16: {
+          // Gloo cannot add bfloat16: widen, reduce as float32 (which also
+          // avoids compounding rounding across ranks), narrow once at the end.
+          std::vector<float> wide(count);
+          WidenToFloat(type, data, wide.data(), count);
+          RunAllreduce<float>(context_, wide.data(), count, tag, timeout);
+          if (op == ReduceOp::kAverage)
+            DivideInPlace(DataType::kFloat32, wide.data(), count, size());
+          NarrowFromFloat(type, wide.data(), data, count);
+          return;
+        }
+      }
+      if (op == ReduceOp::kAverage) DivideInPlace(type, data, count, size());
+    });
+  }
+
+  std::shared_ptr<Work> DoBroadcast(void* data, size_t count, DataType type, int root,
+                                    Timeout timeout) override {
+    const size_t bytes = count * ElementSize(type);
+    const std::string what = Describe("broadcast from " + std::to_string(root) + " " +
+                                      DataTypeName(type) + " x" + std::to_string(count));
+    return Submit(what, timeout, [=](uint32_t tag) {
+      if (bytes == 0 || size() == 1) return;
+      gloo::BroadcastOptions options(context_);
+      options.setOutput(static_cast<uint8_t*>(data), bytes);
+      options.setRoot(root);
+      options.setTag(tag);
+      options.setTimeout(timeout);
+      gloo::broadcast(options);
+    });
+  }
+
+  std::shared_ptr<Work> DoAllgather(const void* input, void* output, size_t count, DataType type,
+                                    Timeout timeout) override {
+    const size_t bytes = count * ElementSize(type);
+    const std::string what =
+        Describe(std::string("allgather ") + DataTypeName(type) + " x" + std::to_string(count));
+    return Submit(what, timeout, [=](uint32_t tag) {
+      if (bytes == 0) return;
+      if (size() == 1) {
+        std::memcpy(output, input, bytes);
+        return;
+      }
+      gloo::AllgatherOptions options(context_);
+      // Gloo reads the input through a non-const pointer but does not write it.
+      options.setInput(static_cast<uint8_t*>(const_cast<void*>(input)), bytes);
+      options.setOutput(static_cast<uint8_t*>(output), bytes * size());
+      options.setTag(tag);
+      options.setTimeout(timeout);
+      gloo::allgather(options);
+    });
+  }
+
+  std::shared_ptr<Work> DoBarrier(Timeout timeout) override {
+    return Submit(Describe("barrier"), timeout, [=](uint32_t tag) {
+      if (size() == 1) return;
+      gloo::BarrierOptions options(context_);
+      options.setTag(tag);
+      options.setTimeout(timeout);
+      gloo::barrier(options);
+    });
+  }
+
+ private:
+  std::string Describe(const std::string& what) const {
+    return "gloo " + what + " (generation " + std::to_string(generation()) + ", rank " +
+           std::to_string(rank()) + "/" + std::to_string(size()) + ")";
+  }
+
+  // Wraps a Gloo call: gives it a fresh tag, and turns Gloo's exceptions into
+  // CollectiveErrors that say whether it was a timeout, an abort or a lost peer.
+  std::shared_ptr<Work> Submit(const std::string& what, Timeout timeout,
+                               std::function<void(uint32_t)> run) {
+    return queue_->Submit(what, [this, what, timeout, run = std::move(run)] {
+      // Tags are drawn on the queue's thread, in execution order, which is the
+      // same on every member.
+      const uint32_t tag = next_tag_++;
+      running_ = true;
+      try {
+        run(tag);
+        running_ = false;
+      } catch (const std::exception& e) {
+        running_ = false;
+        const std::string message = e.what();
+        if (queue_->failure()) std::rethrow_exception(queue_->failure());  // aborted
+        if (message.find("Timed out") != std::string::npos) {
+          throw CollectiveTimeout(what + ": timed out after " + std::to_string(timeout.count()) +
+                                  " ms: " + message);
+        }
+        throw CollectiveError(what + ": failed (a peer left or broke the connection): " + message);
+      }
+    });
+  }
+
+  SocketTripwire tripwire_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::atomic<bool> running_{false};
+  uint32_t next_tag_ = 0;  // only touched on the queue's thread
+  std::unique_ptr<OpQueue> queue_;
+};
+
+}  // namespace
+
+GlooCommunicatorFactory::GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+std::unique_ptr<Communicator> GlooCommunicatorFactory::Create(const Membership& membership) {
+  return std::make_unique<GlooCommunicator>(membership, options_, store_);
+}
+
+}  // namespace elastic::collectives

@@ -1,0 +1,40 @@
+// The CPU backend: Gloo over TCP, rendezvousing through the runtime's
+// key-value store (GlooStore). Each communicator owns its own Gloo device
+// (event-loop thread + sockets), so destroying it releases everything it made.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "collectives/communicator.h"
+#include "runtime/kv_store.h"
+
+namespace elastic::collectives {
+
+struct GlooOptions {
+  // Address this member listens on and advertises to its peers.
+  std::string hostname = "127.0.0.1";
+  // Separates several communicators created in the same generation.
+  std::string tag = "world";
+  // Timeout of an operation that does not name its own.
+  Timeout default_timeout = std::chrono::seconds(60);
+  // Bound on the rendezvous (all members publishing their addresses and connecting).
+  Timeout rendezvous_timeout = std::chrono::seconds(60);
+};
+
+class GlooCommunicatorFactory : public CommunicatorFactory {
+ public:
+  // `store` must outlive the factory and every communicator it creates.
+  GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options = {});
+
+  // Blocks until all `membership.size` members of the generation have joined.
+  // Throws CollectiveTimeout when they do not within rendezvous_timeout.
+  std::unique_ptr<Communicator> Create(const Membership& membership) override;
+
+ private:
+  runtime::KeyValueStore& store_;
+  const GlooOptions options_;
+};
+
+}  // namespace elastic::collectives

@@ -1,0 +1,299 @@
+// The Gloo backend with real processes over real TCP sockets on loopback,
+// rendezvousing through a shared key-value store. Child processes are this
+// binary re-executed with "--child <role> key=value...".
+#include "collectives/gloo_communicator.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "collectives/testing/collective_checks.h"
+#include "collectives/testing/file_kv_store.h"
+#include "collectives/testing/subprocess.h"
+
+namespace elastic::collectives {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::ChildProcess;
+using Clock = std::chrono::steady_clock;
+
+using Args = std::map<std::string, std::string>;
+
+std::unique_ptr<runtime::KeyValueStore> OpenStore(const std::string& spec) {
+  return std::make_unique<testing::FileKeyValueStore>(spec);
+}
+
+// ---- child roles -----------------------------------------------------------
+
+// Runs every op, dtype and size, including 64 MiB.
+int RunCorrectness(const Args& args) {
+  auto store = OpenStore(args.at("store"));
+  GlooCommunicatorFactory factory(*store);
+  const Membership m{1, std::stoi(args.at("rank")), std::stoi(args.at("world"))};
+  auto comm = factory.Create(m);
+  testing::CheckAllOps(*comm, testing::AllDataTypes(), {1, 2, 3, 5, 7, 1000, 65537, 1000003});
+  testing::CheckAsyncOverlap(*comm);
+  testing::CheckLargeFloat32(*comm);
+  return 0;
+}
+
+// Process `id` of 3 takes part in 50 generations; in odd ones process 1 sits out,
+// so the world alternates between {0,1,2} and {0,2}. Descriptor and thread
+// counts must not grow.
+int RunRebuild(const Args& args) {
+  auto store = OpenStore(args.at("store"));
+  GlooCommunicatorFactory factory(*store);
+  const int id = std::stoi(args.at("id"));
+  constexpr int kCycles = 50;
+  int fds_at_start = -1, threads_at_start = -1;
+  for (int g = 0; g < kCycles; ++g) {
+    const bool odd = g % 2 == 1;
+    std::vector<int> members = odd ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
+    auto it = std::find(members.begin(), members.end(), id);
+    if (g == 2) {
+      fds_at_start = testing::CountOpenFds();
+      threads_at_start = testing::CountThreads();
+    }
+    if (it == members.end()) continue;
+    const Membership m{static_cast<uint64_t>(g), static_cast<int>(it - members.begin()),
+                       static_cast<int>(members.size())};
+    auto comm = factory.Create(m);
+    std::vector<float> data(1000, static_cast<float>(id + 1));
+    comm->Allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    float expected = 0;
+    for (int member : members) expected += member + 1;
+    if (data[999] != expected) {
+      std::fprintf(stderr, "generation %d: got %f expected %f\n", g, data[999], expected);
+      return 1;
+    }
+  }
+  const int fds = testing::CountOpenFds(), threads = testing::CountThreads();
+  std::printf("process %d: fds %d -> %d, threads %d -> %d over %d generations\n", id, fds_at_start,
+              fds, threads_at_start, threads, kCycles);
+  return fds == fds_at_start && threads == threads_at_start ? 0 : 2;
+}
+
+// Allreduces 64 MiB over and over until it fails; reports how long after the
+// kill (the parent writes the kill time to a file) the failure came.
+int RunUntilPeerDies(const Args& args) {
+  auto store = OpenStore(args.at("store"));
+  GlooOptions options;
+  options.default_timeout = seconds(300);  // far above the bound the test asserts
+  GlooCommunicatorFactory factory(*store, options);
+  const int rank = std::stoi(args.at("rank"));
+  auto comm = factory.Create({7, rank, std::stoi(args.at("world"))});
+  std::vector<float> data((64u << 20) / 4, 1.0f);
+  for (int iteration = 0;; ++iteration) {
+    try {
+      comm->Allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kAverage);
+    } catch (const CollectiveError& e) {
+      std::printf("rank %d: allreduce %d failed: %s\n", rank, iteration, e.what());
+      std::fflush(stdout);
+      return 0;
+    }
+    if (iteration == 0) std::ofstream(args.at("ready") + std::to_string(rank)) << "ready";
+  }
+}
+
+int RunChild(const std::string& role, const Args& args) {
+  try {
+    if (role == "correctness") return RunCorrectness(args);
+    if (role == "rebuild") return RunRebuild(args);
+    if (role == "until_peer_dies") return RunUntilPeerDies(args);
+    std::fprintf(stderr, "unknown child role %s\n", role.c_str());
+    return 64;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child %s failed: %s\n", role.c_str(), e.what());
+    return 1;
+  }
+}
+
+// ---- helpers for the parent -------------------------------------------------
+
+std::vector<ChildProcess> SpawnRanks(const std::string& role, int world, const Args& common) {
+  std::vector<ChildProcess> children;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> argv = {"--child", role, "rank=" + std::to_string(rank),
+                                     "id=" + std::to_string(rank),
+                                     "world=" + std::to_string(world)};
+    for (const auto& [key, value] : common) argv.push_back(key + "=" + value);
+    children.push_back(ChildProcess::SpawnSelf(argv));
+  }
+  return children;
+}
+
+void ExpectAllSucceed(std::vector<ChildProcess>& children, milliseconds timeout) {
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto status = children[i].WaitFor(timeout);
+    ASSERT_TRUE(status.has_value()) << "process " << i << " hung";
+    EXPECT_TRUE(testing::ExitedCleanly(*status))
+        << "process " << i << " " << testing::DescribeStatus(*status);
+  }
+}
+
+class GlooCommunicatorTest : public ::testing::Test {
+ protected:
+  std::string store_dir_ = testing::MakeTempDir("gloo_store_");
+};
+
+// ---- multi-process tests ----------------------------------------------------
+
+TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithTwoProcesses) {
+  auto children = SpawnRanks("correctness", 2, {{"store", store_dir_}});
+  ExpectAllSucceed(children, seconds(600));
+}
+
+TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithThreeProcesses) {
+  auto children = SpawnRanks("correctness", 3, {{"store", store_dir_}});
+  ExpectAllSucceed(children, seconds(600));
+}
+
+TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithFourProcesses) {
+  auto children = SpawnRanks("correctness", 4, {{"store", store_dir_}});
+  ExpectAllSucceed(children, seconds(600));
+}
+
+TEST_F(GlooCommunicatorTest, FiftyRebuildsOverChangingMembersLeakNothing) {
+  auto children = SpawnRanks("rebuild", 3, {{"store", store_dir_}});
+  ExpectAllSucceed(children, seconds(600));
+}
+
+TEST_F(GlooCommunicatorTest, KillNineDuringLargeAllreduceFailsEverySurvivorPromptly) {
+  const std::string ready = store_dir_ + "/ready_";
+  auto children = SpawnRanks("until_peer_dies", 3, {{"store", store_dir_}, {"ready", ready}});
+  // Wait until every rank completed one 64 MiB allreduce, so the kill lands
+  // while they are in the middle of the next ones.
+  const auto deadline = Clock::now() + seconds(300);
+  for (int rank = 0; rank < 3; ++rank) {
+    while (access((ready + std::to_string(rank)).c_str(), F_OK) != 0) {
+      ASSERT_LT(Clock::now(), deadline) << "rank " << rank << " never completed an allreduce";
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  children[2].Kill(SIGKILL);
+  const auto killed_at = Clock::now();
+  // The operation timeout is 300 s; survivors must fail because the peer is
+  // gone, long before that. 30 s is the generous bound for a loaded 2-core box.
+  for (int rank = 0; rank < 2; ++rank) {
+    auto status = children[rank].WaitFor(seconds(30));
+    ASSERT_TRUE(status.has_value()) << "survivor " << rank << " still blocked 30 s after kill -9";
+    EXPECT_TRUE(testing::ExitedCleanly(*status))
+        << "survivor " << rank << " " << testing::DescribeStatus(*status);
+    std::printf("survivor %d failed its allreduce %lld ms after the kill\n", rank,
+                static_cast<long long>(
+                    std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at).count()));
+  }
+}
+
+// ---- in-process tests (two ranks as two threads of this process) -----------
+
+struct Pair {
+  std::unique_ptr<Communicator> a, b;
+};
+
+Pair MakePair(runtime::KeyValueStore& store, uint64_t generation, GlooOptions options = {}) {
+  GlooCommunicatorFactory factory(store, options);
+  Pair pair;
+  std::thread other([&] { pair.b = factory.Create({generation, 1, 2}); });
+  pair.a = factory.Create({generation, 0, 2});
+  other.join();
+  return pair;
+}
+
+TEST_F(GlooCommunicatorTest, AbortFailsPendingAndFutureOperationsPromptly) {
+  testing::FileKeyValueStore store(store_dir_);
+  GlooOptions options;
+  options.default_timeout = seconds(300);
+  Pair pair = MakePair(store, 1, options);
+  // Rank 1 never joins this allreduce, so only Abort can end it early.
+  std::vector<float> data(1 << 20, 1.0f);
+  auto work = pair.a->AllreduceAsync(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(work->IsCompleted());
+  const auto aborted_at = Clock::now();
+  pair.a->Abort();
+  EXPECT_THROW(work->Wait(), CollectiveAborted);
+  const auto latency = Clock::now() - aborted_at;
+  EXPECT_LT(latency, seconds(2)) << "the issue's bound on abort latency";
+  EXPECT_THROW(pair.a->Barrier(), CollectiveAborted);
+  // The peer is not left waiting either: its next operation fails at once.
+  EXPECT_THROW(pair.b->Barrier(seconds(300)), CollectiveError);
+}
+
+TEST_F(GlooCommunicatorTest, OperationTimesOutWhenAPeerNeverJoins) {
+  testing::FileKeyValueStore store(store_dir_);
+  Pair pair = MakePair(store, 2);
+  std::vector<double> data(10, 1.0);
+  EXPECT_THROW(pair.a->Allreduce(data.data(), data.size(), DataType::kFloat64, ReduceOp::kSum,
+                                 milliseconds(500)),
+               CollectiveTimeout);
+  // A timed-out communicator is broken: later operations fail too.
+  EXPECT_THROW(pair.a->Barrier(), CollectiveError);
+}
+
+TEST_F(GlooCommunicatorTest, RendezvousTimesOutWithAClearErrorWhenAMemberIsMissing) {
+  testing::FileKeyValueStore store(store_dir_);
+  GlooOptions options;
+  options.rendezvous_timeout = milliseconds(500);
+  GlooCommunicatorFactory factory(store, options);
+  try {
+    factory.Create({3, 0, 2});
+    FAIL() << "rendezvous with a missing member succeeded";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not appear"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(GlooCommunicatorTest, InvalidArgumentsAreRejectedWithoutBreakingTheCommunicator) {
+  testing::FileKeyValueStore store(store_dir_);
+  Pair pair = MakePair(store, 4);
+  std::vector<float> data(4, 1.0f);
+  EXPECT_THROW(pair.a->Broadcast(data.data(), 4, DataType::kFloat32, 2), std::invalid_argument);
+  EXPECT_THROW(pair.a->Allreduce(nullptr, 4, DataType::kFloat32, ReduceOp::kSum),
+               std::invalid_argument);
+  std::thread other([&] { pair.b->Allreduce(data.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+  std::vector<float> mine(4, 2.0f);
+  pair.a->Allreduce(mine.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+  other.join();
+  EXPECT_EQ(mine[3], 3.0f);
+}
+
+TEST(GlooStoreTest, KeysAreScopedByGenerationAndTag) {
+  testing::FileKeyValueStore store(testing::MakeTempDir("gloo_store_keys_"));
+  GlooOptions options;
+  options.rendezvous_timeout = milliseconds(300);
+  // A world-of-one communicator needs no peer; its keys land under g5.
+  GlooCommunicatorFactory factory(store, options);
+  auto comm = factory.Create({5, 0, 1});
+  float x = 4;
+  comm->Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kAverage);
+  EXPECT_EQ(x, 4.0f);
+  EXPECT_TRUE(store.Get(runtime::GenerationKey(5, "gloo/world/0")).has_value());
+  EXPECT_FALSE(store.Get(runtime::GenerationKey(4, "gloo/world/0")).has_value());
+}
+
+}  // namespace
+}  // namespace elastic::collectives
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--child") {
+    elastic::collectives::Args args;
+    for (int i = 3; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const auto eq = arg.find('=');
+      if (eq != std::string::npos) args[arg.substr(0, eq)] = arg.substr(eq + 1);
+    }
+    return elastic::collectives::RunChild(argv[2], args);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
