@@ -1,0 +1,455 @@
+#include "runtime/connection.h"
+
+#include <kj/exception.h>
+
+#include <stdexcept>
+
+#include "runtime/auth.h"
+#include "runtime/log.h"
+
+namespace elastic::runtime {
+namespace {
+
+constexpr size_t kReadChunkBytes = 256 * 1024;
+constexpr size_t kMaxFramesPerWrite = 64;
+
+std::string DescribeEndpoint(const asio::ip::tcp::socket& socket) {
+  asio::error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return "<unconnected>";
+  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
+const char* WhichName(proto::Envelope::Which which) {
+  switch (which) {
+    case proto::Envelope::HELLO:
+      return "hello";
+    case proto::Envelope::AUTHENTICATE:
+      return "authenticate";
+    case proto::Envelope::WELCOME:
+      return "welcome";
+    case proto::Envelope::REFUSED:
+      return "refused";
+    default:
+      return "a non-handshake message";
+  }
+}
+
+std::string ToString(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+
+capnp::Data::Reader AsData(const std::string& bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+}
+
+}  // namespace
+
+void SetError(proto::Envelope::Builder envelope, proto::ErrorCode code,
+              const std::string& message) {
+  auto error = envelope.initError();
+  error.setCode(code);
+  error.setMessage(message);
+}
+
+Connection::Connection(EventLoop& loop, asio::ip::tcp::socket socket, Role role,
+                       const TransportOptions& options, std::string token,
+                       ConnectionCallbacks callbacks)
+    : loop_(loop),
+      socket_(std::move(socket)),
+      role_(role),
+      options_(options),
+      token_(std::move(token)),
+      callbacks_(std::move(callbacks)),
+      decoder_(options.max_handshake_frame_bytes),
+      read_buffer_(kReadChunkBytes),
+      handshake_timer_(loop.context()),
+      tick_timer_(loop.context()) {}
+
+Connection::~Connection() = default;
+
+ConnectionPtr Connection::Accept(EventLoop& loop, asio::ip::tcp::socket socket,
+                                 const TransportOptions& options, const std::string& token,
+                                 ConnectionCallbacks callbacks) {
+  ConnectionPtr connection(new Connection(loop, std::move(socket), Role::kAcceptor, options, token,
+                                          std::move(callbacks)));
+  connection->peer_ = DescribeEndpoint(connection->socket_);
+  asio::error_code ec;
+  connection->socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  loop.Post([connection] { connection->Start(); });
+  return connection;
+}
+
+std::future<ConnectionPtr> Connection::Dial(EventLoop& loop, const std::string& host, uint16_t port,
+                                            const TransportOptions& options,
+                                            const std::string& token, const std::string& name,
+                                            ConnectionCallbacks callbacks) {
+  ConnectionPtr connection(new Connection(loop, asio::ip::tcp::socket(loop.context()),
+                                          Role::kConnector, options, token, std::move(callbacks)));
+  connection->peer_ = host + ":" + std::to_string(port);
+  connection->name_ = name;
+  auto future = connection->dial_promise_.get_future();
+  loop.Post([connection, host, port] {
+    auto self = connection;
+    self->handshake_timer_.expires_after(self->options_.connect_timeout);
+    self->handshake_timer_.async_wait([self](const asio::error_code& ec) {
+      if (ec) return;
+      self->CloseOnLoop("timed out after " +
+                        std::to_string(self->options_.connect_timeout.count()) +
+                        " ms connecting to and authenticating with " + self->peer_);
+    });
+    auto resolver = std::make_shared<asio::ip::tcp::resolver>(self->loop_.context());
+    resolver->async_resolve(
+        host, std::to_string(port),
+        [self, resolver](const asio::error_code& ec,
+                         asio::ip::tcp::resolver::results_type results) {
+          if (self->state_.load() == State::kClosed) return;
+          if (ec) {
+            self->CloseOnLoop("cannot resolve " + self->peer_ + ": " + ec.message());
+            return;
+          }
+          asio::async_connect(
+              self->socket_, results,
+              [self](const asio::error_code& ec, const asio::ip::tcp::endpoint&) {
+                if (self->state_.load() == State::kClosed) return;
+                if (ec) {
+                  self->CloseOnLoop("cannot connect to " + self->peer_ + ": " + ec.message());
+                  return;
+                }
+                asio::error_code ignored;
+                self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+                self->Start();
+              });
+        });
+  });
+  return future;
+}
+
+void Connection::Start() {
+  if (state_.load() == State::kClosed) return;
+  my_nonce_ = RandomNonce();
+  if (role_ == Role::kAcceptor) {
+    auto self = shared_from_this();
+    handshake_timer_.expires_after(options_.connect_timeout);
+    handshake_timer_.async_wait([self](const asio::error_code& ec) {
+      if (ec) return;
+      self->CloseOnLoop("peer did not authenticate within " +
+                        std::to_string(self->options_.connect_timeout.count()) + " ms");
+    });
+    capnp::MallocMessageBuilder message;
+    auto hello = message.initRoot<proto::Envelope>().initHello();
+    hello.setProtocolVersion(kProtocolVersion);
+    hello.setNonce(AsData(my_nonce_));
+    SendOnLoopOrThrow(message);
+  }
+  ReadMore();
+}
+
+void Connection::ReadMore() {
+  auto self = shared_from_this();
+  socket_.async_read_some(
+      asio::buffer(read_buffer_), [self](const asio::error_code& ec, size_t bytes) {
+        if (self->state_.load() == State::kClosed) return;
+        if (ec) {
+          if (ec == asio::error::eof) {
+            const size_t partial = self->decoder_.buffered_bytes();
+            self->CloseOnLoop(partial == 0
+                                  ? "peer closed the connection"
+                                  : "peer closed the connection inside a frame (" +
+                                        std::to_string(partial) + " bytes of a truncated frame)");
+          } else {
+            self->CloseOnLoop("read failed: " + ec.message());
+          }
+          return;
+        }
+        self->last_received_ = std::chrono::steady_clock::now();
+        try {
+          self->decoder_.Append(self->read_buffer_.data(), bytes);
+          while (self->state_.load() != State::kClosed) {
+            auto frame = self->decoder_.Next();
+            if (frame == nullptr) break;
+            self->OnFrame(frame);
+          }
+        } catch (const FrameError& e) {
+          self->CloseOnLoop(std::string("bad frame: ") + e.what());
+          return;
+        }
+        if (self->state_.load() != State::kClosed) self->ReadMore();
+      });
+}
+
+void Connection::OnFrame(const std::shared_ptr<IncomingFrame>& frame) {
+  proto::Envelope::Reader envelope = frame->Envelope();  // throws FrameError
+  try {
+    if (state_.load() == State::kHandshake) {
+      OnHandshakeFrame(envelope);
+      return;
+    }
+    const auto which = envelope.which();
+    if (which == proto::Envelope::HEARTBEAT) return;
+    if (which == proto::Envelope::HELLO || which == proto::Envelope::AUTHENTICATE ||
+        which == proto::Envelope::WELCOME) {
+      throw FrameError("handshake message after authentication");
+    }
+    if (callbacks_.on_message) callbacks_.on_message(shared_from_this(), envelope, frame);
+  } catch (const kj::Exception& e) {
+    // Cap'n Proto validates pointers lazily, so a bad field throws here.
+    throw FrameError("malformed message: " + std::string(e.getDescription().cStr()));
+  } catch (const FrameError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw FrameError(std::string("message could not be handled: ") + e.what());
+  }
+}
+
+void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
+  const auto which = envelope.which();
+  auto refuse = [this](const std::string& why) {
+    ELASTIC_LOG(kWarning, "transport", "refusing " << peer_ << ": " << why);
+    capnp::MallocMessageBuilder message;
+    auto error = message.initRoot<proto::Envelope>().initRefused();
+    error.setCode(proto::ErrorCode::UNAUTHENTICATED);
+    error.setMessage(why);
+    SendOnLoopOrThrow(message);
+    refused_ = true;
+    CloseAfterFlush("refused: " + why);
+  };
+  if (refused_) return;  // already refused; ignore whatever else it sent
+
+  if (role_ == Role::kAcceptor) {
+    if (which != proto::Envelope::AUTHENTICATE) {
+      refuse(std::string("expected authentication, got ") + WhichName(which));
+      return;
+    }
+    auto auth = envelope.getAuthenticate();
+    if (auth.getProtocolVersion() != kProtocolVersion) {
+      refuse("protocol version " + std::to_string(auth.getProtocolVersion()) + " (want " +
+             std::to_string(kProtocolVersion) + ")");
+      return;
+    }
+    if (!ConstantTimeEquals(ToString(auth.getMac()), ClientProof(token_, my_nonce_))) {
+      refuse("wrong or missing cluster token");
+      return;
+    }
+    if (auth.getNonce().size() != kNonceBytes) {
+      refuse("authentication nonce must be " + std::to_string(kNonceBytes) + " bytes");
+      return;
+    }
+    peer_ += " (" + std::string(auth.getPeerName().cStr()) + ")";
+    capnp::MallocMessageBuilder message;
+    message.initRoot<proto::Envelope>().initWelcome().setMac(
+        AsData(ServerProof(token_, ToString(auth.getNonce()))));
+    SendOnLoopOrThrow(message);
+    BecomeOpen();
+    return;
+  }
+
+  // Connector.
+  if (which == proto::Envelope::REFUSED) {
+    CloseOnLoop("refused by " + peer_ + ": " +
+                std::string(envelope.getRefused().getMessage().cStr()));
+    return;
+  }
+  if (which == proto::Envelope::HELLO) {
+    auto hello = envelope.getHello();
+    if (hello.getProtocolVersion() != kProtocolVersion) {
+      CloseOnLoop("peer speaks protocol version " + std::to_string(hello.getProtocolVersion()));
+      return;
+    }
+    if (hello.getNonce().size() != kNonceBytes) {
+      CloseOnLoop("peer sent a malformed hello (nonce size)");
+      return;
+    }
+    capnp::MallocMessageBuilder message;
+    auto auth = message.initRoot<proto::Envelope>().initAuthenticate();
+    auth.setProtocolVersion(kProtocolVersion);
+    auth.setMac(AsData(ClientProof(token_, ToString(hello.getNonce()))));
+    auth.setNonce(AsData(my_nonce_));
+    auth.setPeerName(name_);
+    SendOnLoopOrThrow(message);
+    return;
+  }
+  if (which == proto::Envelope::WELCOME) {
+    if (!ConstantTimeEquals(ToString(envelope.getWelcome().getMac()),
+                            ServerProof(token_, my_nonce_))) {
+      CloseOnLoop("peer " + peer_ + " could not prove it knows the cluster token");
+      return;
+    }
+    BecomeOpen();
+    return;
+  }
+  CloseOnLoop(std::string("expected hello or welcome, got ") + WhichName(which));
+}
+
+void Connection::BecomeOpen() {
+  state_.store(State::kOpen);
+  handshake_timer_.cancel();
+  decoder_.set_max_frame_bytes(options_.max_frame_bytes);
+  last_received_ = std::chrono::steady_clock::now();
+  auto self = shared_from_this();
+  tick_timer_.expires_after(options_.heartbeat_interval);
+  tick_timer_.async_wait([self](const asio::error_code& ec) {
+    if (!ec) self->Tick();
+  });
+  if (callbacks_.on_open) callbacks_.on_open(self);
+  if (role_ == Role::kConnector && !dial_settled_) {
+    dial_settled_ = true;
+    dial_promise_.set_value(self);
+  }
+}
+
+void Connection::Tick() {
+  if (state_.load() != State::kOpen) return;
+  const auto silent = std::chrono::steady_clock::now() - last_received_;
+  asio::error_code ec;
+  // Bytes waiting in the socket mean the peer is alive and only this loop was
+  // slow (a loaded machine); do not declare it failed for our own lateness.
+  const bool data_waiting = socket_.available(ec) > 0;
+  if (silent > options_.heartbeat_timeout && !data_waiting) {
+    CloseOnLoop(
+        "no heartbeat for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+        " ms (heartbeat timeout " + std::to_string(options_.heartbeat_timeout.count()) + " ms)");
+    return;
+  }
+  capnp::MallocMessageBuilder message;
+  message.initRoot<proto::Envelope>().initHeartbeat().setSentAtMicros(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count()));
+  Send(message);
+  auto self = shared_from_this();
+  tick_timer_.expires_after(options_.heartbeat_interval);
+  tick_timer_.async_wait([self](const asio::error_code& ec) {
+    if (!ec) self->Tick();
+  });
+}
+
+bool Connection::SendOnLoopOrThrow(capnp::MessageBuilder& message) { return Send(message); }
+
+bool Connection::Send(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> frame = EncodeFrame(message);
+  const size_t bytes = frame.size() * sizeof(capnp::word);
+  std::unique_lock<std::mutex> lock(send_mutex_);
+  if (closed_) return false;
+  auto has_room = [&] {
+    return closed_ || queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.max_send_queue_bytes;
+  };
+  if (!has_room()) {
+    if (loop_.InLoopThread()) {
+      // The loop must never block: a peer this far behind is stuck.
+      lock.unlock();
+      Close("send queue full (" + std::to_string(queued_bytes_) + " bytes): peer is not reading");
+      return false;
+    }
+    if (!send_space_.wait_for(lock, options_.send_timeout, has_room)) {
+      lock.unlock();
+      Close("send blocked on a full queue for " + std::to_string(options_.send_timeout.count()) +
+            " ms: peer is not reading");
+      return false;
+    }
+    if (closed_) return false;
+  }
+  queue_.push_back(std::move(frame));
+  queued_bytes_ += bytes;
+  if (!write_scheduled_) {
+    write_scheduled_ = true;
+    auto self = shared_from_this();
+    loop_.Post([self] { self->WriteQueued(); });
+  }
+  return true;
+}
+
+void Connection::WriteQueued() {
+  if (state_.load() == State::kClosed) return;
+  // Before the TCP connect completes there is nothing to write to.
+  if (!socket_.is_open()) return;
+  {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    if (queue_.empty()) {
+      write_scheduled_ = false;
+      if (!close_after_flush_) return;
+    } else {
+      while (!queue_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
+        in_flight_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+  }
+  if (in_flight_.empty()) {  // flushed everything before a CloseAfterFlush
+    CloseOnLoop(flush_reason_);
+    return;
+  }
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(in_flight_.size());
+  for (const auto& frame : in_flight_) {
+    buffers.emplace_back(frame.begin(), frame.size() * sizeof(capnp::word));
+  }
+  auto self = shared_from_this();
+  asio::async_write(socket_, buffers, [self](const asio::error_code& ec, size_t written) {
+    if (self->state_.load() == State::kClosed) return;
+    if (ec) {
+      self->CloseOnLoop("write failed: " + ec.message());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(self->send_mutex_);
+      self->queued_bytes_ -= written;
+      self->in_flight_.clear();
+    }
+    self->send_space_.notify_all();
+    self->WriteQueued();
+  });
+}
+
+void Connection::Close(const std::string& reason) {
+  auto self = shared_from_this();
+  loop_.Post([self, reason] { self->CloseOnLoop(reason); });
+}
+
+void Connection::CloseAfterFlush(const std::string& reason) {
+  auto self = shared_from_this();
+  loop_.Post([self, reason] {
+    {
+      std::lock_guard<std::mutex> lock(self->send_mutex_);
+      self->close_after_flush_ = true;
+      self->flush_reason_ = reason;
+      if (self->write_scheduled_) return;  // the writer closes when the queue drains
+      self->write_scheduled_ = true;
+    }
+    self->WriteQueued();
+  });
+}
+
+std::string Connection::close_reason() const {
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  return close_reason_;
+}
+
+void Connection::CloseOnLoop(const std::string& reason) {
+  if (state_.exchange(State::kClosed) == State::kClosed) return;
+  {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    closed_ = true;
+    close_reason_ = reason;
+    queue_.clear();
+  }
+  send_space_.notify_all();
+  handshake_timer_.cancel();
+  tick_timer_.cancel();
+  asio::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  ELASTIC_LOG(kInfo, "transport", "connection " << peer_ << " closed: " << reason);
+  auto self = shared_from_this();
+  if (role_ == Role::kConnector && !dial_settled_) {
+    dial_settled_ = true;
+    dial_promise_.set_exception(std::make_exception_ptr(std::runtime_error(reason)));
+  }
+  auto on_closed = callbacks_.on_closed;
+  if (on_closed) on_closed(self, reason);
+  // Drop the callbacks later (one may be running now) to break reference cycles.
+  loop_.Post([self] { self->callbacks_ = ConnectionCallbacks{}; });
+}
+
+}  // namespace elastic::runtime

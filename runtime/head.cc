@@ -1,0 +1,498 @@
+#include "runtime/head.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "runtime/auth.h"
+#include "runtime/log.h"
+
+namespace elastic::runtime {
+namespace {
+
+std::string ToString(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+
+capnp::Data::Reader AsData(const std::string& bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+}
+
+std::string ResolveToken(const HeadOptions& options) {
+  asio::error_code ec;
+  const auto address = asio::ip::make_address(options.listen_host, ec);
+  if (ec) {
+    throw std::invalid_argument("head listen address '" + options.listen_host +
+                                "' is not an IP address");
+  }
+  if (!address.is_loopback() && options.token_file.empty()) {
+    throw std::invalid_argument("listening on " + options.listen_host +
+                                " (not loopback) requires a token file (--token-file)");
+  }
+  if (!options.token_file.empty()) return ReadTokenFile(options.token_file);
+  if (!options.token.empty()) return options.token;
+  return GenerateToken();
+}
+
+std::string DescribeExit(proto::ProcessExited::Reader exited) {
+  std::string detail = "worker " + std::to_string(exited.getWorkerIndex()) + " (pid " +
+                       std::to_string(exited.getPid()) + ") ";
+  if (exited.getSignal() != 0)
+    return detail + "killed by signal " + std::to_string(exited.getSignal());
+  return detail + "exited with code " + std::to_string(exited.getExitCode());
+}
+
+}  // namespace
+
+struct Head::Member {
+  MemberInfo info;
+};
+
+struct Head::Session {
+  struct PendingWait {
+    KvTable* table;
+    std::string key;
+    uint64_t ticket;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+
+  ConnectionPtr connection;
+  uint64_t member_id = 0;
+  uint64_t node_id = 0;
+  bool subscribed = false;
+  std::map<uint64_t, PendingWait> waits;  // by wait serial
+  uint64_t next_wait_serial = 1;
+  std::vector<std::string> actors;  // names this session registered
+};
+
+template <typename F>
+auto Head::RunOnLoop(F f) -> decltype(f()) {
+  using Result = decltype(f());
+  auto task = std::make_shared<std::packaged_task<Result()>>(std::move(f));
+  auto future = task->get_future();
+  loop_.Post([task] { (*task)(); });
+  return future.get();
+}
+
+Head::Head(HeadOptions options)
+    : options_(std::move(options)),
+      token_(ResolveToken(options_)),
+      loop_("head"),
+      acceptor_(loop_.context()) {
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.listen_host),
+                                         options_.port);
+  asio::error_code ec;
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("head cannot listen on " + options_.listen_host + ":" +
+                             std::to_string(options_.port) + ": " + ec.message());
+  }
+  port_ = acceptor_.local_endpoint().port();
+  ELASTIC_LOG(kInfo, "head", "listening on " << options_.listen_host << ":" << port_);
+  loop_.Post([this] { Accept(); });
+}
+
+Head::~Head() {
+  RunOnLoop([this] {
+    asio::error_code ignored;
+    acceptor_.close(ignored);
+    for (auto& [raw, session] : sessions_) session->connection->Close("head shutting down");
+    return 0;
+  });
+  RunOnLoop([] { return 0; });  // the closes posted above have run
+  loop_.Stop();
+  sessions_.clear();
+}
+
+void Head::Accept() {
+  acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (ec) {
+      ELASTIC_LOG(kWarning, "head", "accept failed: " << ec.message());
+    } else {
+      ConnectionCallbacks callbacks;
+      callbacks.on_open = [this](const ConnectionPtr& connection) { OnOpen(connection); };
+      callbacks.on_message =
+          [this](const ConnectionPtr& connection, proto::Envelope::Reader envelope,
+                 const std::shared_ptr<IncomingFrame>&) { OnMessage(connection, envelope); };
+      callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string& reason) {
+        OnClosed(connection, reason);
+      };
+      Connection::Accept(loop_, std::move(socket), options_.transport, token_,
+                         std::move(callbacks));
+    }
+    if (acceptor_.is_open()) Accept();
+  });
+}
+
+void Head::OnOpen(const ConnectionPtr& connection) {
+  auto session = std::make_unique<Session>();
+  session->connection = connection;
+  sessions_[connection.get()] = std::move(session);
+}
+
+void Head::OnClosed(const ConnectionPtr& connection, const std::string& reason) {
+  auto it = sessions_.find(connection.get());
+  if (it == sessions_.end()) return;  // never authenticated
+  std::unique_ptr<Session> session = std::move(it->second);
+  sessions_.erase(it);
+  for (auto& [serial, wait] : session->waits) {
+    wait.timer->cancel();
+    wait.table->CancelWait(wait.key, wait.ticket);
+  }
+  for (const auto& name : session->actors) actors_.Erase(name);
+  if (session->node_id != 0) {
+    ELASTIC_LOG(kInfo, "head", "node " << session->node_id << " disconnected: " << reason);
+    nodes_.erase(session->node_id);
+  }
+  if (session->member_id != 0) {
+    RemoveMember(session->member_id, MembershipEventKind::kFailed, "connection lost: " + reason);
+  }
+}
+
+void Head::ReplyOk(const ConnectionPtr& connection, uint64_t request_id) {
+  capnp::MallocMessageBuilder message;
+  auto envelope = message.initRoot<proto::Envelope>();
+  envelope.setRequestId(request_id);
+  envelope.setOk();
+  connection->Send(message);
+}
+
+void Head::ReplyError(const ConnectionPtr& connection, uint64_t request_id, proto::ErrorCode code,
+                      const std::string& text) {
+  capnp::MallocMessageBuilder message;
+  auto envelope = message.initRoot<proto::Envelope>();
+  envelope.setRequestId(request_id);
+  SetError(envelope, code, text);
+  connection->Send(message);
+}
+
+void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader envelope) {
+  auto it = sessions_.find(connection.get());
+  if (it == sessions_.end()) return;
+  Session& session = *it->second;
+  const uint64_t request_id = envelope.getRequestId();
+
+  switch (envelope.which()) {
+    case proto::Envelope::KV_PUT: {
+      auto put = envelope.getKvPut();
+      kv_.Put(put.getKey().cStr(), ToString(put.getValue()));
+      ReplyOk(connection, request_id);
+      return;
+    }
+    case proto::Envelope::KV_GET: {
+      auto value = kv_.Get(envelope.getKvGet().getKey().cStr());
+      capnp::MallocMessageBuilder message;
+      auto reply = message.initRoot<proto::Envelope>();
+      reply.setRequestId(request_id);
+      auto kv_value = reply.initKvValue();
+      kv_value.setFound(value.has_value());
+      if (value) kv_value.setValue(AsData(*value));
+      connection->Send(message);
+      return;
+    }
+    case proto::Envelope::KV_WAIT:
+      HandleKvWait(session, request_id, envelope.getKvWait());
+      return;
+    case proto::Envelope::REGISTER_NODE: {
+      if (session.node_id != 0) {
+        ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+                   "this connection already registered node " + std::to_string(session.node_id));
+        return;
+      }
+      session.node_id = next_node_id_++;
+      nodes_[session.node_id] = envelope.getRegisterNode().getName().cStr();
+      ELASTIC_LOG(kInfo, "head",
+                  "node " << session.node_id << " (" << nodes_[session.node_id] << ") registered");
+      capnp::MallocMessageBuilder message;
+      auto reply = message.initRoot<proto::Envelope>();
+      reply.setRequestId(request_id);
+      reply.initNodeRegistered().setNodeId(session.node_id);
+      connection->Send(message);
+      return;
+    }
+    case proto::Envelope::REGISTER_MEMBER:
+      HandleRegisterMember(session, request_id, envelope.getRegisterMember());
+      return;
+    case proto::Envelope::LEAVE: {
+      if (session.member_id != 0) {
+        const uint64_t id = session.member_id;
+        session.member_id = 0;
+        RemoveMember(id, MembershipEventKind::kLeft, "left");
+      }
+      ReplyOk(connection, request_id);
+      return;
+    }
+    case proto::Envelope::SUBSCRIBE:
+    case proto::Envelope::GET_VIEW: {
+      if (envelope.which() == proto::Envelope::SUBSCRIBE) session.subscribed = true;
+      capnp::MallocMessageBuilder message;
+      auto reply = message.initRoot<proto::Envelope>();
+      reply.setRequestId(request_id);
+      ToProto(Snapshot(MembershipEventKind::kSnapshot, 0, 0, ""), reply.initView());
+      connection->Send(message);
+      return;
+    }
+    case proto::Envelope::PUBLISH_VIEW: {
+      std::vector<uint64_t> ids;
+      for (uint64_t id : envelope.getPublishView().getMemberIds()) ids.push_back(id);
+      try {
+        PublishOnLoop(ids);
+      } catch (const std::invalid_argument& e) {
+        ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT, e.what());
+        return;
+      }
+      capnp::MallocMessageBuilder message;
+      auto reply = message.initRoot<proto::Envelope>();
+      reply.setRequestId(request_id);
+      ToProto(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""), reply.initView());
+      connection->Send(message);
+      return;
+    }
+    case proto::Envelope::DRAINING: {
+      auto draining = envelope.getDraining();
+      const uint64_t node_id = draining.getNodeId();
+      if (nodes_.count(node_id) == 0) {
+        ReplyError(connection, request_id, proto::ErrorCode::NOT_FOUND,
+                   "no node " + std::to_string(node_id));
+        return;
+      }
+      for (auto& [id, member] : members_) {
+        if (member.info.node_id == node_id) member.info.draining = true;
+      }
+      ELASTIC_LOG(kInfo, "head",
+                  "node " << node_id << " is draining: " << draining.getReason().cStr());
+      Broadcast(Snapshot(MembershipEventKind::kDraining, 0, node_id, draining.getReason().cStr()));
+      ReplyOk(connection, request_id);
+      return;
+    }
+    case proto::Envelope::PROCESS_EXITED:
+      HandleProcessExited(envelope.getProcessExited());
+      ReplyOk(connection, request_id);
+      return;
+    case proto::Envelope::REGISTER_ACTOR:
+      HandleRegisterActor(session, request_id, envelope.getRegisterActor());
+      return;
+    case proto::Envelope::LOOKUP_ACTOR:
+      HandleLookupActor(session, request_id, envelope.getLookupActor());
+      return;
+    default:
+      ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+                 "the head does not handle message kind " +
+                     std::to_string(static_cast<int>(envelope.which())));
+      return;
+  }
+}
+
+void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait) {
+  const std::string key = wait.getKey().cStr();
+  const auto timeout = std::chrono::milliseconds(wait.getTimeoutMillis());
+  ConnectionPtr connection = session.connection;
+  const uint64_t serial = session.next_wait_serial++;
+  auto timer = std::make_shared<asio::steady_timer>(loop_.context());
+  const uint64_t ticket =
+      kv_.WaitFor(key, [this, connection, request_id, serial, timer](const std::string& value) {
+        timer->cancel();
+        auto it = sessions_.find(connection.get());
+        if (it != sessions_.end()) it->second->waits.erase(serial);
+        capnp::MallocMessageBuilder message;
+        auto reply = message.initRoot<proto::Envelope>();
+        reply.setRequestId(request_id);
+        auto kv_value = reply.initKvValue();
+        kv_value.setFound(true);
+        kv_value.setValue(AsData(value));
+        connection->Send(message);
+      });
+  if (ticket == 0) return;  // the key was there; answered already
+  session.waits[serial] = Session::PendingWait{&kv_, key, ticket, timer};
+  timer->expires_after(timeout);
+  timer->async_wait([this, connection, request_id, serial, key,
+                     timeout](const asio::error_code& ec) {
+    if (ec) return;
+    auto it = sessions_.find(connection.get());
+    if (it == sessions_.end()) return;
+    auto wait_it = it->second->waits.find(serial);
+    if (wait_it == it->second->waits.end()) return;
+    kv_.CancelWait(key, wait_it->second.ticket);
+    it->second->waits.erase(wait_it);
+    ReplyError(connection, request_id, proto::ErrorCode::TIMEOUT,
+               "key '" + key + "' was not set within " + std::to_string(timeout.count()) + " ms");
+  });
+}
+
+void Head::HandleLookupActor(Session& session, uint64_t request_id,
+                             proto::LookupActor::Reader lookup) {
+  const std::string name = lookup.getName().cStr();
+  const auto timeout = std::chrono::milliseconds(lookup.getTimeoutMillis());
+  ConnectionPtr connection = session.connection;
+  const uint64_t serial = session.next_wait_serial++;
+  auto timer = std::make_shared<asio::steady_timer>(loop_.context());
+  const uint64_t ticket = actors_.WaitFor(
+      name, [this, connection, request_id, serial, timer, name](const std::string& location) {
+        timer->cancel();
+        auto it = sessions_.find(connection.get());
+        if (it != sessions_.end()) it->second->waits.erase(serial);
+        const auto colon = location.rfind(':');
+        capnp::MallocMessageBuilder message;
+        auto reply = message.initRoot<proto::Envelope>();
+        reply.setRequestId(request_id);
+        auto found = reply.initActorLocation();
+        found.setName(name);
+        found.initEndpoint().setHost(location.substr(0, colon));
+        found.getEndpoint().setPort(static_cast<uint16_t>(std::stoul(location.substr(colon + 1))));
+        connection->Send(message);
+      });
+  if (ticket == 0) return;
+  session.waits[serial] = Session::PendingWait{&actors_, name, ticket, timer};
+  timer->expires_after(timeout);
+  timer->async_wait(
+      [this, connection, request_id, serial, name, timeout](const asio::error_code& ec) {
+        if (ec) return;
+        auto it = sessions_.find(connection.get());
+        if (it == sessions_.end()) return;
+        auto wait_it = it->second->waits.find(serial);
+        if (wait_it == it->second->waits.end()) return;
+        actors_.CancelWait(name, wait_it->second.ticket);
+        it->second->waits.erase(wait_it);
+        ReplyError(connection, request_id, proto::ErrorCode::NOT_FOUND,
+                   "no actor named '" + name + "' registered within " +
+                       std::to_string(timeout.count()) + " ms");
+      });
+}
+
+void Head::HandleRegisterMember(Session& session, uint64_t request_id,
+                                proto::RegisterMember::Reader request) {
+  if (session.member_id != 0) {
+    ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+               "this connection is already member " + std::to_string(session.member_id));
+    return;
+  }
+  Member member;
+  member.info.id = next_member_id_++;
+  member.info.name = request.getName().cStr();
+  member.info.node_id = request.getNodeId();
+  member.info.endpoint = FromProto(request.getEndpoint());
+  member.info.pid = request.getPid();
+  session.member_id = member.info.id;
+  members_[member.info.id] = member;
+  if (options_.admit_joins) {
+    view_.push_back(member.info.id);
+    ++generation_;
+  }
+  ELASTIC_LOG(kInfo, "head",
+              "member " << member.info.id << " (" << member.info.name << ") joined; generation "
+                        << generation_);
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  auto registered = reply.initMemberRegistered();
+  registered.setMemberId(member.info.id);
+  registered.setGeneration(generation_);
+  session.connection->Send(message);
+  Broadcast(Snapshot(MembershipEventKind::kJoined, member.info.id, member.info.node_id,
+                     member.info.name));
+}
+
+void Head::HandleRegisterActor(Session& session, uint64_t request_id,
+                               proto::RegisterActor::Reader request) {
+  const std::string name = request.getName().cStr();
+  if (name.empty()) {
+    ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+               "actor name is empty");
+    return;
+  }
+  if (actors_.Get(name).has_value()) {
+    ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+               "an actor named '" + name + "' is already registered");
+    return;
+  }
+  const Endpoint endpoint = FromProto(request.getEndpoint());
+  session.actors.push_back(name);
+  actors_.Put(name, endpoint.ToString());
+  ReplyOk(session.connection, request_id);
+}
+
+void Head::HandleProcessExited(proto::ProcessExited::Reader exited) {
+  uint64_t member_id = 0;
+  for (const auto& [id, member] : members_) {
+    if (member.info.node_id == exited.getNodeId() && member.info.pid == exited.getPid()) {
+      member_id = id;
+    }
+  }
+  const std::string detail = DescribeExit(exited);
+  ELASTIC_LOG(kInfo, "head", "node " << exited.getNodeId() << ": " << detail);
+  Broadcast(Snapshot(MembershipEventKind::kExited, member_id, exited.getNodeId(), detail));
+}
+
+void Head::RemoveMember(uint64_t member_id, MembershipEventKind kind, const std::string& detail) {
+  auto it = members_.find(member_id);
+  if (it == members_.end()) return;
+  const uint64_t node_id = it->second.info.node_id;
+  members_.erase(it);
+  auto in_view = std::find(view_.begin(), view_.end(), member_id);
+  if (in_view != view_.end()) {
+    view_.erase(in_view);
+    ++generation_;
+  }
+  ELASTIC_LOG(kInfo, "head",
+              "member " << member_id << " " << ToString(kind) << " (" << detail << "); generation "
+                        << generation_);
+  Broadcast(Snapshot(kind, member_id, node_id, detail));
+}
+
+void Head::PublishOnLoop(const std::vector<uint64_t>& member_ids) {
+  std::set<uint64_t> seen;
+  for (uint64_t id : member_ids) {
+    if (members_.count(id) == 0) {
+      throw std::invalid_argument("member " + std::to_string(id) + " is not a live member");
+    }
+    if (!seen.insert(id).second) {
+      throw std::invalid_argument("member " + std::to_string(id) + " appears twice");
+    }
+  }
+  view_ = member_ids;
+  ++generation_;
+  ELASTIC_LOG(kInfo, "head",
+              "published view of " << view_.size() << " members; generation " << generation_);
+  Broadcast(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""));
+}
+
+MembershipUpdate Head::Snapshot(MembershipEventKind kind, uint64_t member_id, uint64_t node_id,
+                                const std::string& detail) const {
+  MembershipUpdate update;
+  update.kind = kind;
+  update.member_id = member_id;
+  update.node_id = node_id;
+  update.detail = detail;
+  update.view.generation = generation_;
+  for (uint64_t id : view_) update.view.members.push_back(members_.at(id).info);
+  for (const auto& [id, member] : members_) {
+    if (std::find(view_.begin(), view_.end(), id) == view_.end()) {
+      update.pending.push_back(member.info);
+    }
+  }
+  return update;
+}
+
+void Head::Broadcast(const MembershipUpdate& update) {
+  capnp::MallocMessageBuilder message;
+  ToProto(update, message.initRoot<proto::Envelope>().initMembershipUpdate());
+  for (auto& [raw, session] : sessions_) {
+    if (session->subscribed) session->connection->Send(message);
+  }
+}
+
+MembershipUpdate Head::Membership() {
+  return RunOnLoop([this] { return Snapshot(MembershipEventKind::kSnapshot, 0, 0, ""); });
+}
+
+MembershipView Head::PublishView(const std::vector<uint64_t>& member_ids) {
+  return RunOnLoop([this, member_ids] {
+    PublishOnLoop(member_ids);
+    return Snapshot(MembershipEventKind::kViewChanged, 0, 0, "").view;
+  });
+}
+
+}  // namespace elastic::runtime

@@ -1,0 +1,117 @@
+// The head: the one process that owns cluster state (like Ray's GCS).
+//
+// It holds the node and actor registries, the membership view (an ordered
+// list of live members with a generation number), the key-value store used for
+// rendezvous, and detects failures: a member whose connection drops is failed
+// at once, one that goes silent after the heartbeat timeout.
+//
+// Usage (in-process, e.g. a driver or a test):
+//
+//   elastic::runtime::HeadOptions options;        // 127.0.0.1, port 0, random token
+//   elastic::runtime::Head head(options);         // listening when this returns
+//   uint16_t port = head.port();                  // give port + head.token() to others
+//   ... other processes: HeadClient client({"127.0.0.1", port, token});
+//
+// Everything the head does runs on its own loop thread; the methods below are
+// safe from any other thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/connection.h"
+#include "runtime/event_loop.h"
+#include "runtime/kv_table.h"
+#include "runtime/membership.h"
+#include "runtime/options.h"
+
+namespace elastic::runtime {
+
+struct HeadOptions {
+  // Loopback by default. Any other address requires token_file.
+  std::string listen_host = "127.0.0.1";
+  uint16_t port = 0;  // 0: the OS picks one; read it back with port()
+  // The cluster token. Empty: read token_file if set, else generate one.
+  std::string token;
+  std::string token_file;
+  TransportOptions transport;
+  // true: every join publishes a new view with the newcomer appended. false:
+  // newcomers wait in `pending` until someone publishes a view with them.
+  bool admit_joins = true;
+};
+
+class Head {
+ public:
+  // Binds and starts serving. Throws std::invalid_argument for a non-loopback
+  // address without a token file, std::runtime_error when it cannot bind.
+  explicit Head(HeadOptions options);
+  ~Head();
+  Head(const Head&) = delete;
+  Head& operator=(const Head&) = delete;
+
+  uint16_t port() const { return port_; }
+  const std::string& host() const { return options_.listen_host; }
+  const std::string& token() const { return token_; }
+
+  // Current view plus the live members not in it.
+  MembershipUpdate Membership();
+  // Replaces the view by member_ids in this order, generation + 1. Throws
+  // std::invalid_argument when an id is not a live member or repeats.
+  MembershipView PublishView(const std::vector<uint64_t>& member_ids);
+
+ private:
+  struct Session;
+  struct Member;
+
+  void Accept();
+  void OnOpen(const ConnectionPtr& connection);
+  void OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader envelope);
+  void OnClosed(const ConnectionPtr& connection, const std::string& reason);
+
+  void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
+  void HandleLookupActor(Session& session, uint64_t request_id, proto::LookupActor::Reader lookup);
+  void HandleRegisterMember(Session& session, uint64_t request_id,
+                            proto::RegisterMember::Reader request);
+  void HandleRegisterActor(Session& session, uint64_t request_id,
+                           proto::RegisterActor::Reader request);
+  void HandleProcessExited(proto::ProcessExited::Reader exited);
+
+  void RemoveMember(uint64_t member_id, MembershipEventKind kind, const std::string& detail);
+  void PublishOnLoop(const std::vector<uint64_t>& member_ids);
+  MembershipUpdate Snapshot(MembershipEventKind kind, uint64_t member_id, uint64_t node_id,
+                            const std::string& detail) const;
+  void Broadcast(const MembershipUpdate& update);
+
+  void ReplyOk(const ConnectionPtr& connection, uint64_t request_id);
+  void ReplyError(const ConnectionPtr& connection, uint64_t request_id, proto::ErrorCode code,
+                  const std::string& message);
+
+  template <typename F>
+  auto RunOnLoop(F f) -> decltype(f());
+
+  HeadOptions options_;
+  std::string token_;
+  EventLoop loop_;
+  asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+
+  // Loop thread only from here on.
+  std::unordered_map<Connection*, std::unique_ptr<Session>> sessions_;
+  std::map<uint64_t, Member> members_;  // live, registered members
+  std::map<uint64_t, std::string> nodes_;
+  std::vector<uint64_t> view_;
+  uint64_t generation_ = 0;
+  uint64_t next_member_id_ = 1;
+  uint64_t next_node_id_ = 1;
+  KvTable kv_;
+  KvTable actors_;  // name -> "host:port"
+};
+
+}  // namespace elastic::runtime

@@ -1,0 +1,324 @@
+#include "runtime/head_client.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "runtime/auth.h"
+#include "runtime/log.h"
+
+namespace elastic::runtime {
+namespace {
+
+std::string ToString(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+
+capnp::Data::Reader AsData(const std::string& bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+}
+
+// Slack on top of a server-side wait, so the head's own timeout answer (which
+// names the key) arrives before the client gives up on its own.
+constexpr std::chrono::milliseconds kWaitSlack{5000};
+
+}  // namespace
+
+HeadClient::HeadClient(HeadClientOptions options)
+    : options_(std::move(options)), loop_("head-client") {
+  ConnectionCallbacks callbacks;
+  callbacks.on_message = [this](const ConnectionPtr&, proto::Envelope::Reader envelope,
+                                const std::shared_ptr<IncomingFrame>& frame) {
+    OnMessage(envelope, frame);
+  };
+  callbacks.on_closed = [this](const ConnectionPtr&, const std::string& reason) {
+    OnClosed(reason);
+  };
+  auto dialing = Connection::Dial(loop_, options_.host, options_.port, options_.transport,
+                                  options_.token, options_.name, std::move(callbacks));
+  try {
+    connection_ = dialing.get();
+  } catch (const std::exception& e) {
+    loop_.Stop();
+    throw std::runtime_error("cannot connect to head " + options_.host + ":" +
+                             std::to_string(options_.port) + ": " + e.what());
+  }
+}
+
+HeadClient::~HeadClient() {
+  // Close on the loop, then wait for the loop to have run that close, so the
+  // head sees an orderly close rather than a reset.
+  if (connection_) {
+    std::promise<void> closed;
+    auto done = closed.get_future();
+    connection_->Close("client closed");
+    loop_.Post([&closed] { closed.set_value(); });
+    done.wait_for(std::chrono::seconds(5));
+  }
+  loop_.Stop();
+  connection_.reset();
+}
+
+bool HeadClient::connected() const { return connection_ && connection_->is_open(); }
+
+void HeadClient::OnDisconnect(DisconnectCallback callback) {
+  std::string lost;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_disconnect_ = callback;
+    lost = lost_reason_;
+  }
+  if (!lost.empty() && callback) callback(lost);
+}
+
+HeadClient::Reply HeadClient::Call(const std::function<void(proto::Envelope::Builder)>& fill,
+                                   std::chrono::milliseconds wait, const std::string& what) {
+  if (loop_.InLoopThread()) {
+    throw std::logic_error("HeadClient::" + what +
+                           " called from a subscription callback (the client's loop thread)");
+  }
+  std::future<Reply> answer;
+  uint64_t request_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!lost_reason_.empty()) {
+      throw std::runtime_error(what + ": connection to head lost: " + lost_reason_);
+    }
+    request_id = next_request_id_++;
+    answer = pending_[request_id].get_future();
+  }
+  capnp::MallocMessageBuilder message;
+  auto envelope = message.initRoot<proto::Envelope>();
+  envelope.setRequestId(request_id);
+  fill(envelope);
+  connection_->Send(message);  // a failed send shows up as the lost connection
+  if (answer.wait_for(wait) != std::future_status::ready) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.erase(request_id);
+    throw TimeoutError(what + ": head did not answer within " + std::to_string(wait.count()) +
+                       " ms");
+  }
+  Reply reply = answer.get();  // throws when the connection was lost
+  auto root = reply->Envelope();
+  if (root.which() == proto::Envelope::ERROR) {
+    auto error = root.getError();
+    const std::string text = what + ": " + error.getMessage().cStr();
+    if (error.getCode() == proto::ErrorCode::TIMEOUT) throw TimeoutError(text);
+    if (error.getCode() == proto::ErrorCode::NOT_FOUND) throw TimeoutError(text);
+    if (error.getCode() == proto::ErrorCode::INVALID_ARGUMENT) throw std::invalid_argument(text);
+    throw std::runtime_error(text);
+  }
+  return reply;
+}
+
+void HeadClient::OnMessage(proto::Envelope::Reader envelope,
+                           const std::shared_ptr<IncomingFrame>& frame) {
+  if (envelope.which() == proto::Envelope::MEMBERSHIP_UPDATE) {
+    UpdateCallback callback;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      callback = on_update_;
+    }
+    if (callback) callback(FromProto(envelope.getMembershipUpdate()));
+    return;
+  }
+  std::promise<Reply> promise;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(envelope.getRequestId());
+    if (it == pending_.end()) return;  // the caller gave up waiting
+    promise = std::move(it->second);
+    pending_.erase(it);
+  }
+  promise.set_value(frame);
+}
+
+void HeadClient::OnClosed(const std::string& reason) {
+  std::map<uint64_t, std::promise<Reply>> pending;
+  DisconnectCallback callback;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_reason_ = reason.empty() ? "closed" : reason;
+    pending.swap(pending_);
+    callback = on_disconnect_;
+  }
+  for (auto& [id, promise] : pending) {
+    promise.set_exception(
+        std::make_exception_ptr(std::runtime_error("connection to head lost: " + reason)));
+  }
+  if (callback) callback(reason);
+}
+
+void HeadClient::Put(const std::string& key, const std::string& value) {
+  Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto put = envelope.initKvPut();
+        put.setKey(key);
+        put.setValue(AsData(value));
+      },
+      options_.request_timeout, "Put('" + key + "')");
+}
+
+std::optional<std::string> HeadClient::Get(const std::string& key) {
+  Reply reply = Call([&](proto::Envelope::Builder envelope) { envelope.initKvGet().setKey(key); },
+                     options_.request_timeout, "Get('" + key + "')");
+  auto value = reply->Envelope().getKvValue();
+  if (!value.getFound()) return std::nullopt;
+  return ToString(value.getValue());
+}
+
+std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds timeout) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto wait = envelope.initKvWait();
+        wait.setKey(key);
+        wait.setTimeoutMillis(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
+      },
+      timeout + kWaitSlack, "Wait('" + key + "')");
+  return ToString(reply->Envelope().getKvValue().getValue());
+}
+
+uint64_t HeadClient::RegisterNode(const std::string& name, uint32_t workers) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto node = envelope.initRegisterNode();
+        node.setName(name);
+        node.setWorkers(workers);
+      },
+      options_.request_timeout, "RegisterNode");
+  return reply->Envelope().getNodeRegistered().getNodeId();
+}
+
+uint64_t HeadClient::RegisterMember(const std::string& name, uint64_t node_id,
+                                    const Endpoint& endpoint) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto member = envelope.initRegisterMember();
+        member.setName(name);
+        member.setNodeId(node_id);
+        ToProto(endpoint, member.initEndpoint());
+        member.setPid(static_cast<int32_t>(getpid()));
+      },
+      options_.request_timeout, "RegisterMember");
+  const uint64_t id = reply->Envelope().getMemberRegistered().getMemberId();
+  member_id_.store(id);
+  return id;
+}
+
+void HeadClient::Leave() {
+  Call([](proto::Envelope::Builder envelope) { envelope.setLeave(); }, options_.request_timeout,
+       "Leave");
+  member_id_.store(0);
+}
+
+MembershipUpdate HeadClient::GetMembership() {
+  Reply reply = Call([](proto::Envelope::Builder envelope) { envelope.setGetView(); },
+                     options_.request_timeout, "GetMembership");
+  return FromProto(reply->Envelope().getView());
+}
+
+MembershipUpdate HeadClient::Subscribe(UpdateCallback callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_update_ = std::move(callback);
+  }
+  Reply reply = Call([](proto::Envelope::Builder envelope) { envelope.setSubscribe(); },
+                     options_.request_timeout, "Subscribe");
+  return FromProto(reply->Envelope().getView());
+}
+
+MembershipView HeadClient::PublishView(const std::vector<uint64_t>& member_ids) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto ids =
+            envelope.initPublishView().initMemberIds(static_cast<unsigned>(member_ids.size()));
+        for (size_t i = 0; i < member_ids.size(); ++i)
+          ids.set(static_cast<unsigned>(i), member_ids[i]);
+      },
+      options_.request_timeout, "PublishView");
+  return FromProto(reply->Envelope().getView()).view;
+}
+
+void HeadClient::ReportDraining(uint64_t node_id, const std::string& reason) {
+  Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto draining = envelope.initDraining();
+        draining.setNodeId(node_id);
+        draining.setReason(reason);
+      },
+      options_.request_timeout, "ReportDraining");
+}
+
+void HeadClient::ReportExit(uint64_t node_id, uint32_t worker_index, int32_t pid, int32_t exit_code,
+                            int32_t signal) {
+  Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto exited = envelope.initProcessExited();
+        exited.setNodeId(node_id);
+        exited.setWorkerIndex(worker_index);
+        exited.setPid(pid);
+        exited.setExitCode(exit_code);
+        exited.setSignal(signal);
+      },
+      options_.request_timeout, "ReportExit");
+}
+
+void HeadClient::RegisterActor(const std::string& name, const Endpoint& endpoint) {
+  Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto actor = envelope.initRegisterActor();
+        actor.setName(name);
+        ToProto(endpoint, actor.initEndpoint());
+      },
+      options_.request_timeout, "RegisterActor('" + name + "')");
+}
+
+Endpoint HeadClient::LookupActor(const std::string& name, std::chrono::milliseconds timeout) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto lookup = envelope.initLookupActor();
+        lookup.setName(name);
+        lookup.setTimeoutMillis(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
+      },
+      timeout + kWaitSlack, "LookupActor('" + name + "')");
+  return FromProto(reply->Envelope().getActorLocation().getEndpoint());
+}
+
+namespace {
+
+std::string RequireEnvironment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    throw std::runtime_error(std::string("environment variable ") + name +
+                             " is not set (is this process started by a node agent?)");
+  }
+  return value;
+}
+
+}  // namespace
+
+WorkerEnvironment WorkerEnvironment::FromEnvironment() {
+  WorkerEnvironment environment;
+  const std::string head = RequireEnvironment("ELASTIC_HEAD_ADDRESS");
+  const auto colon = head.rfind(':');
+  if (colon == std::string::npos) {
+    throw std::runtime_error("ELASTIC_HEAD_ADDRESS='" + head + "' is not host:port");
+  }
+  environment.head_host = head.substr(0, colon);
+  environment.head_port = static_cast<uint16_t>(std::stoul(head.substr(colon + 1)));
+  environment.token = RequireEnvironment(kTokenEnvironmentVariable);
+  environment.node_id = std::stoull(RequireEnvironment("ELASTIC_NODE_ID"));
+  environment.worker_index =
+      static_cast<uint32_t>(std::stoul(RequireEnvironment("ELASTIC_WORKER_INDEX")));
+  return environment;
+}
+
+HeadClientOptions WorkerEnvironment::ClientOptions(const std::string& name) const {
+  HeadClientOptions options;
+  options.host = head_host;
+  options.port = head_port;
+  options.token = token;
+  options.name = name;
+  return options;
+}
+
+}  // namespace elastic::runtime

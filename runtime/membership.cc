@@ -1,0 +1,138 @@
+#include "runtime/membership.h"
+
+namespace elastic::runtime {
+namespace {
+
+using ProtoKind = proto::MembershipEvent::Kind;
+
+ProtoKind KindToProto(MembershipEventKind kind) {
+  switch (kind) {
+    case MembershipEventKind::kJoined:
+      return ProtoKind::JOINED;
+    case MembershipEventKind::kLeft:
+      return ProtoKind::LEFT;
+    case MembershipEventKind::kFailed:
+      return ProtoKind::FAILED;
+    case MembershipEventKind::kDraining:
+      return ProtoKind::DRAINING;
+    case MembershipEventKind::kExited:
+      return ProtoKind::EXITED;
+    case MembershipEventKind::kViewChanged:
+      return ProtoKind::VIEW_CHANGED;
+    case MembershipEventKind::kSnapshot:
+      return ProtoKind::SNAPSHOT;
+  }
+  return ProtoKind::SNAPSHOT;
+}
+
+MembershipEventKind KindFromProto(ProtoKind kind) {
+  switch (kind) {
+    case ProtoKind::JOINED:
+      return MembershipEventKind::kJoined;
+    case ProtoKind::LEFT:
+      return MembershipEventKind::kLeft;
+    case ProtoKind::FAILED:
+      return MembershipEventKind::kFailed;
+    case ProtoKind::DRAINING:
+      return MembershipEventKind::kDraining;
+    case ProtoKind::EXITED:
+      return MembershipEventKind::kExited;
+    case ProtoKind::VIEW_CHANGED:
+      return MembershipEventKind::kViewChanged;
+    case ProtoKind::SNAPSHOT:
+      return MembershipEventKind::kSnapshot;
+  }
+  return MembershipEventKind::kSnapshot;
+}
+
+}  // namespace
+
+int MembershipView::RankOf(uint64_t member_id) const {
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].id == member_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const char* ToString(MembershipEventKind kind) {
+  switch (kind) {
+    case MembershipEventKind::kJoined:
+      return "joined";
+    case MembershipEventKind::kLeft:
+      return "left";
+    case MembershipEventKind::kFailed:
+      return "failed";
+    case MembershipEventKind::kDraining:
+      return "draining";
+    case MembershipEventKind::kExited:
+      return "exited";
+    case MembershipEventKind::kViewChanged:
+      return "view-changed";
+    case MembershipEventKind::kSnapshot:
+      return "snapshot";
+  }
+  return "?";
+}
+
+Endpoint FromProto(proto::Endpoint::Reader endpoint) {
+  return Endpoint{endpoint.getHost().cStr(), endpoint.getPort()};
+}
+
+void ToProto(const Endpoint& endpoint, proto::Endpoint::Builder builder) {
+  builder.setHost(endpoint.host);
+  builder.setPort(endpoint.port);
+}
+
+MemberInfo FromProto(proto::Member::Reader member) {
+  MemberInfo info;
+  info.id = member.getId();
+  info.name = member.getName().cStr();
+  info.node_id = member.getNodeId();
+  info.endpoint = FromProto(member.getEndpoint());
+  info.pid = member.getPid();
+  info.draining = member.getDraining();
+  return info;
+}
+
+void ToProto(const MemberInfo& member, proto::Member::Builder builder) {
+  builder.setId(member.id);
+  builder.setName(member.name);
+  builder.setNodeId(member.node_id);
+  ToProto(member.endpoint, builder.initEndpoint());
+  builder.setPid(member.pid);
+  builder.setDraining(member.draining);
+}
+
+MembershipUpdate FromProto(proto::MembershipUpdate::Reader update) {
+  MembershipUpdate result;
+  auto event = update.getEvent();
+  result.kind = KindFromProto(event.getKind());
+  result.member_id = event.getMemberId();
+  result.node_id = event.getNodeId();
+  result.detail = event.getDetail().cStr();
+  result.view.generation = update.getView().getGeneration();
+  for (auto member : update.getView().getMembers())
+    result.view.members.push_back(FromProto(member));
+  for (auto member : update.getPending()) result.pending.push_back(FromProto(member));
+  return result;
+}
+
+void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder builder) {
+  auto event = builder.initEvent();
+  event.setKind(KindToProto(update.kind));
+  event.setMemberId(update.member_id);
+  event.setNodeId(update.node_id);
+  event.setDetail(update.detail);
+  auto view = builder.initView();
+  view.setGeneration(update.view.generation);
+  auto members = view.initMembers(static_cast<unsigned>(update.view.members.size()));
+  for (size_t i = 0; i < update.view.members.size(); ++i) {
+    ToProto(update.view.members[i], members[static_cast<unsigned>(i)]);
+  }
+  auto pending = builder.initPending(static_cast<unsigned>(update.pending.size()));
+  for (size_t i = 0; i < update.pending.size(); ++i) {
+    ToProto(update.pending[i], pending[static_cast<unsigned>(i)]);
+  }
+}
+
+}  // namespace elastic::runtime

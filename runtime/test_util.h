@@ -1,0 +1,62 @@
+// Helpers for tests that run several real processes: the test binary
+// re-executes itself (/proc/self/exe) with --role=NAME to play another
+// process, so one cc_test holds every side of a scenario.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace elastic::runtime::testing {
+
+// A role's main: gets the arguments after --role=NAME, returns the exit code.
+using RoleMain = std::function<int(const std::vector<std::string>& args)>;
+
+// Registers a role at static-initialisation time:
+//   static const bool kRegistered = RegisterRole("waiter", WaiterMain);
+bool RegisterRole(const std::string& name, RoleMain main);
+
+// main() of a multi-process test: runs the role named by --role=NAME, or the
+// gtest suite when there is none.
+int TestMain(int argc, char** argv);
+
+// A child process of the test, killed (SIGKILL) and reaped when destroyed.
+// Children die with the test too (PR_SET_PDEATHSIG).
+class Subprocess {
+ public:
+  // Starts /proc/self/exe --role=role args..., with extra environment entries.
+  static Subprocess SpawnRole(const std::string& role, const std::vector<std::string>& args,
+                              const std::map<std::string, std::string>& environment = {});
+  // Starts any binary (argv[0] is the path).
+  static Subprocess Spawn(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& environment = {});
+
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }
+  void Signal(int signal) const;
+  // The raw wait status once it exited, or nullopt after timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  // Exit code when it exited normally within timeout; -1 otherwise (and it is killed).
+  int WaitExitCode(std::chrono::milliseconds timeout);
+
+ private:
+  explicit Subprocess(pid_t pid) : pid_(pid) {}
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// True when process pid exists (and is not a zombie).
+bool ProcessAlive(pid_t pid);
+
+// Polls predicate every few ms until it holds or timeout passes.
+bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+
+}  // namespace elastic::runtime::testing
