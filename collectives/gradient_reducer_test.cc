@@ -1,0 +1,191 @@
+// With 2 and 3 real processes (Gloo over loopback), gradients after reduction
+// must equal those of one process computing the same total batch.
+#include "collectives/gradient_reducer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <map>
+
+#include "collectives/gloo_communicator.h"
+#include "collectives/tensor_ops.h"
+#include "collectives/testing/file_kv_store.h"
+#include "collectives/testing/subprocess.h"
+
+namespace elastic::collectives {
+namespace {
+
+using Args = std::map<std::string, std::string>;
+constexpr int64_t kTotalBatch = 12;  // divisible by 2 and 3: equal shards
+
+// A small MLP with one layer the forward never uses and one frozen parameter,
+// so that "parameters without gradients" of both kinds are exercised.
+struct Net : torch::nn::Module {
+  Net() {
+    // Registered first, so its bucket is the last one launched: an unused
+    // parameter holds its bucket back until Finish(), as in DDP.
+    unused = register_module("unused", torch::nn::Linear(3, 3));
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    scale = register_parameter("scale", torch::ones({4}), /*requires_grad=*/false);
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))) * scale; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
+  torch::Tensor scale;
+};
+
+std::shared_ptr<Net> MakeNet() {
+  torch::manual_seed(0);
+  return std::make_shared<Net>();
+}
+
+void Batch(int step, torch::Tensor* x, torch::Tensor* y) {
+  torch::manual_seed(100 + step);
+  *x = torch::randn({kTotalBatch, 8});
+  *y = torch::randn({kTotalBatch, 4});
+}
+
+// Gradients of one process on the whole batch; undefined grads read as zeros.
+std::vector<torch::Tensor> ReferenceGradients(int step) {
+  auto net = MakeNet();
+  torch::Tensor x, y;
+  Batch(step, &x, &y);
+  torch::mse_loss(net->forward(x), y).backward();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : net->parameters()) {
+    grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  }
+  return grads;
+}
+
+int RunRank(const Args& args) {
+  torch::set_num_threads(1);
+  const int rank = std::stoi(args.at("rank")), world = std::stoi(args.at("world"));
+  testing::FileKeyValueStore store(args.at("store"));
+  GlooCommunicatorFactory factory(store);
+  auto comm = factory.Create({1, rank, world});
+
+  // The tensor adapter: a bfloat16 average and an allgather.
+  auto t = torch::full({5}, static_cast<double>(rank + 1), torch::kBFloat16);
+  Allreduce(*comm, t, ReduceOp::kAverage);
+  const double mean = (world + 1) / 2.0;
+  if (!torch::allclose(t.to(torch::kFloat), torch::full({5}, mean))) {
+    std::fprintf(stderr, "rank %d: bfloat16 average wrong\n", rank);
+    return 1;
+  }
+  auto gathered = Allgather(*comm, torch::full({2}, static_cast<int64_t>(rank), torch::kLong));
+  for (int r = 0; r < world; ++r) {
+    if (gathered[r][1].item<int64_t>() != r) {
+      std::fprintf(stderr, "rank %d: allgather row %d wrong\n", rank, r);
+      return 1;
+    }
+  }
+
+  // Tiny buckets (several per step) and the 25 MB default (one bucket).
+  for (size_t bucket_bytes : {size_t{256}, size_t{25u << 20}}) {
+    auto net = MakeNet();
+    GradientReducerOptions options;
+    options.bucket_bytes = bucket_bytes;
+    GradientReducer reducer(net->parameters(), comm.get(), options);
+    for (int step = 0; step < 2; ++step) {
+      net->zero_grad();
+      torch::Tensor x, y;
+      Batch(step, &x, &y);
+      const int64_t shard = kTotalBatch / world;
+      auto loss = torch::mse_loss(net->forward(x.narrow(0, rank * shard, shard)),
+                                  y.narrow(0, rank * shard, shard));
+      reducer.Prepare();
+      loss.backward();
+      if (bucket_bytes == 256 && reducer.buckets_launched() == 0) {
+        std::fprintf(stderr, "rank %d: no bucket was launched during backward\n", rank);
+        return 1;
+      }
+      reducer.Finish();
+      const auto expected = ReferenceGradients(step);
+      const auto params = net->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!params[i].requires_grad()) {
+          if (params[i].grad().defined()) {
+            std::fprintf(stderr, "rank %d: frozen parameter %zu got a grad\n", rank, i);
+            return 1;
+          }
+          continue;
+        }
+        if (!params[i].grad().defined() ||
+            !torch::allclose(params[i].grad(), expected[i], 1e-5, 1e-6)) {
+          std::fprintf(
+              stderr, "rank %d: bucket_bytes %zu step %d parameter %zu differs: %s\n", rank,
+              bucket_bytes, step, i,
+              params[i].grad().defined()
+                  ? std::to_string((params[i].grad() - expected[i]).abs().max().item<float>())
+                        .c_str()
+                  : "undefined");
+          return 1;
+        }
+      }
+    }
+    if (bucket_bytes == 256 && reducer.bucket_count() < 3) {
+      std::fprintf(stderr, "rank %d: expected several buckets, got %zu\n", rank,
+                   reducer.bucket_count());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void RunWorld(int world) {
+  const std::string store = testing::MakeTempDir("reducer_store_");
+  std::vector<testing::ChildProcess> children;
+  for (int rank = 0; rank < world; ++rank) {
+    children.push_back(
+        testing::ChildProcess::SpawnSelf({"--child", "rank=" + std::to_string(rank),
+                                          "world=" + std::to_string(world), "store=" + store}));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    auto status = children[rank].WaitFor(std::chrono::seconds(300));
+    ASSERT_TRUE(status.has_value()) << "rank " << rank << " hung";
+    EXPECT_TRUE(testing::ExitedCleanly(*status))
+        << "rank " << rank << " " << testing::DescribeStatus(*status);
+  }
+}
+
+TEST(GradientReducerTest, TwoProcessesMatchOneProcessOnTheTotalBatch) { RunWorld(2); }
+TEST(GradientReducerTest, ThreeProcessesMatchOneProcessOnTheTotalBatch) { RunWorld(3); }
+
+TEST(GradientReducerTest, BucketsFollowReverseParameterOrderAndSizeLimit) {
+  torch::set_num_threads(1);
+  testing::FileKeyValueStore store(testing::MakeTempDir("reducer_layout_"));
+  GlooCommunicatorFactory factory(store);
+  auto comm = factory.Create({1, 0, 1});
+  auto net = MakeNet();
+  // Parameters: 0 scale (frozen), 1 unused.w (36 B), 2 unused.b (12), 3 fc1.w (512),
+  // 4 fc1.b (64), 5 fc2.w (256), 6 fc2.b (16).
+  GradientReducerOptions options;
+  options.bucket_bytes = 300;
+  GradientReducer reducer(net->parameters(), comm.get(), options);
+  const std::vector<std::vector<size_t>> expected = {{6, 5}, {4}, {3}, {2, 1}};
+  EXPECT_EQ(reducer.BucketLayout(), expected);
+}
+
+}  // namespace
+}  // namespace elastic::collectives
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--child") {
+    elastic::collectives::Args args;
+    for (int i = 2; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const auto eq = arg.find('=');
+      if (eq != std::string::npos) args[arg.substr(0, eq)] = arg.substr(eq + 1);
+    }
+    try {
+      return elastic::collectives::RunRank(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child failed: %s\n", e.what());
+      return 1;
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
