@@ -1,0 +1,99 @@
+#include "trainer/amp.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+namespace elastic::trainer {
+
+void CheckAutocastSupported(const torch::Device& device) {
+  if (!device.is_cpu() && !device.is_cuda()) {
+    throw std::runtime_error("--amp: autocast is supported on CPU and CUDA only, not on " +
+                             device.str());
+  }
+  // Ask the dispatcher, rather than trusting headers: one autocast-eligible op
+  // must come back in the lower precision.
+  torch::NoGradGuard no_grad;
+  AutocastScope scope(device, true);
+  torch::Tensor a = torch::ones({2, 2}, torch::TensorOptions().device(device));
+  const at::ScalarType want = device.is_cuda() ? at::kHalf : at::kBFloat16;
+  if (torch::mm(a, a).scalar_type() != want) {
+    throw std::runtime_error(std::string("--amp: this LibTorch does not autocast to ") +
+                             c10::toString(want) + " on " + device.str());
+  }
+}
+
+AutocastScope::AutocastScope(const torch::Device& device, bool enabled)
+    : cuda_(device.is_cuda()), enabled_(enabled) {
+  if (!enabled_) return;
+  if (cuda_) {
+    previous_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(at::kHalf);
+    at::autocast::set_enabled(true);
+  } else {
+    previous_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  // The cast cache holds lower-precision copies of the weights; it must not
+  // outlive the step, or the next step would see stale weights.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(previous_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(previous_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  }
+}
+
+DynamicLossScaler::DynamicLossScaler(double initial_scale, double growth_factor,
+                                     double backoff_factor, int64_t growth_interval)
+    : scale_(initial_scale),
+      growth_factor_(growth_factor),
+      backoff_factor_(backoff_factor),
+      growth_interval_(growth_interval) {}
+
+bool DynamicLossScaler::Unscale(const std::vector<torch::Tensor>& params) const {
+  torch::NoGradGuard no_grad;
+  bool finite = true;
+  for (const torch::Tensor& p : params) {
+    torch::Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    grad.mul_(1.0 / scale_);
+    finite = finite && torch::isfinite(grad).all().item<bool>();
+  }
+  return finite;
+}
+
+void DynamicLossScaler::Update(bool found_overflow) {
+  if (found_overflow) {
+    scale_ *= backoff_factor_;
+    clean_steps_ = 0;
+  } else if (++clean_steps_ >= growth_interval_) {
+    scale_ *= growth_factor_;
+    clean_steps_ = 0;
+  }
+}
+
+void DynamicLossScaler::Save(torch::serialize::OutputArchive& archive) const {
+  archive.write("scale", torch::tensor(scale_, torch::kFloat64));
+  archive.write("clean_steps", torch::tensor(clean_steps_));
+}
+
+void DynamicLossScaler::Load(torch::serialize::InputArchive& archive) {
+  torch::Tensor scale, clean_steps;
+  archive.read("scale", scale);
+  archive.read("clean_steps", clean_steps);
+  scale_ = scale.item<double>();
+  clean_steps_ = clean_steps.item<int64_t>();
+}
+
+}  // namespace elastic::trainer

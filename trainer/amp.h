@@ -1,0 +1,66 @@
+// Mixed precision: autocast for the forward pass and dynamic loss scaling.
+//
+// On CUDA, autocast runs eligible ops in float16, whose small range makes
+// gradients underflow; the loss is multiplied by a scale before backward, the
+// gradients divided by it after, and the scale adapts: halved (and the step
+// skipped) when a gradient overflows, doubled after `growth_interval` clean
+// steps, as torch.cuda.amp.GradScaler does. On CPU, autocast uses bfloat16,
+// which has float32's range, so no scaling is needed.
+#pragma once
+
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace elastic::trainer {
+
+// Throws std::runtime_error when this LibTorch cannot autocast on `device`.
+void CheckAutocastSupported(const torch::Device& device);
+
+// Autocast on `device` for the current thread while in scope (nothing when
+// !enabled). Only the forward pass and the loss belong inside it.
+class AutocastScope {
+ public:
+  AutocastScope(const torch::Device& device, bool enabled);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool cuda_ = false;
+  bool enabled_ = false;
+  bool previous_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
+
+class DynamicLossScaler {
+ public:
+  explicit DynamicLossScaler(double initial_scale = 65536.0, double growth_factor = 2.0,
+                             double backoff_factor = 0.5, int64_t growth_interval = 2000);
+
+  torch::Tensor Scale(const torch::Tensor& loss) const { return loss * scale_; }
+
+  // Divides every defined gradient by the scale. Returns false when any of
+  // them holds inf or NaN: the caller must skip the optimizer step.
+  bool Unscale(const std::vector<torch::Tensor>& params) const;
+
+  // After each step: backoff on overflow, growth after enough clean steps.
+  void Update(bool found_overflow);
+
+  double scale() const { return scale_; }
+
+  void Save(torch::serialize::OutputArchive& archive) const;
+  void Load(torch::serialize::InputArchive& archive);
+
+ private:
+  double scale_;
+  double growth_factor_;
+  double backoff_factor_;
+  int64_t growth_interval_;
+  int64_t clean_steps_ = 0;
+};
+
+}  // namespace elastic::trainer

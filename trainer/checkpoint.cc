@@ -1,0 +1,121 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "trainer/bytes.h"
+
+namespace elastic::trainer {
+namespace {
+
+constexpr std::string_view kMagic = "ELCKPT\r\n";  // CR LF catches text-mode mangling
+constexpr uint64_t kFormatVersion = 1;
+constexpr size_t kDigestSize = 32;
+constexpr size_t kHeaderSize = 8 + 8 + 8 + kDigestSize;
+
+std::string Sha256(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr) != 1 ||
+      size != kDigestSize) {
+    throw CheckpointError("checkpoint: SHA-256 failed");
+  }
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+std::string Errno(const std::string& what, const std::string& path) {
+  return "checkpoint " + path + ": " + what + ": " + std::strerror(errno);
+}
+
+// Writes all of `data` to fd, retrying short writes.
+void WriteAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw CheckpointError(Errno("write failed", path));
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string Directory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir) { return dir + "/checkpoint.ckpt"; }
+
+void WriteCheckpointFile(const std::string& path, std::string_view payload) {
+  ByteWriter header;
+  header.U64(kFormatVersion);
+  header.U64(payload.size());
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError(Errno("cannot create " + temp, path));
+  try {
+    WriteAll(fd, kMagic, temp);
+    WriteAll(fd, header.bytes(), temp);
+    WriteAll(fd, Sha256(payload), temp);
+    WriteAll(fd, payload, temp);
+    if (::fsync(fd) != 0) throw CheckpointError(Errno("fsync failed", temp));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    ::unlink(temp.c_str());
+    throw CheckpointError(Errno("close failed", temp));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string message = Errno("rename from " + temp + " failed", path);
+    ::unlink(temp.c_str());
+    throw CheckpointError(message);
+  }
+  // The rename is durable only once the directory entry is.
+  const int dir = ::open(Directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+std::string ReadCheckpointFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw CheckpointError("checkpoint " + path + ": read failed");
+  if (file.size() < kHeaderSize || std::string_view(file).substr(0, kMagic.size()) != kMagic) {
+    throw CheckpointError("checkpoint " + path +
+                          ": not a checkpoint of this trainer (bad magic or shorter than the "
+                          "header)");
+  }
+  ByteReader header(std::string_view(file).substr(kMagic.size(), 16), "checkpoint header");
+  const uint64_t version = header.U64();
+  const uint64_t size = header.U64();
+  if (version != kFormatVersion) {
+    throw CheckpointError("checkpoint " + path + ": format version " + std::to_string(version) +
+                          ", this build reads version " + std::to_string(kFormatVersion));
+  }
+  if (size != file.size() - kHeaderSize) {
+    throw CheckpointError("checkpoint " + path + ": header says " + std::to_string(size) +
+                          " payload bytes, the file has " +
+                          std::to_string(file.size() - kHeaderSize) + " (truncated or corrupt)");
+  }
+  const std::string_view digest = std::string_view(file).substr(kMagic.size() + 16, kDigestSize);
+  std::string payload = file.substr(kHeaderSize);
+  if (Sha256(payload) != digest)
+    throw CheckpointError("checkpoint " + path + ": checksum mismatch (the file is corrupt)");
+  return payload;
+}
+
+}  // namespace elastic::trainer

@@ -1,0 +1,31 @@
+// Checkpoint files: a header (magic, format version, payload size, SHA-256 of
+// the payload) followed by the payload, which is the training state bytes of
+// Learner::CaptureState().
+//
+// Writing goes to `<path>.tmp`, is fsync'ed, then renamed over `path` and the
+// directory fsync'ed: a crash or a failed write leaves the previous good
+// checkpoint in place, never a half-written one.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace elastic::trainer {
+
+// A checkpoint that cannot be written, or read back intact. The message names
+// the file and what is wrong with it.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void WriteCheckpointFile(const std::string& path, std::string_view payload);
+
+// Returns the payload after checking magic, version, size and checksum.
+std::string ReadCheckpointFile(const std::string& path);
+
+// The checkpoint a run writes to and resumes from: <dir>/checkpoint.ckpt.
+std::string CheckpointPath(const std::string& dir);
+
+}  // namespace elastic::trainer

@@ -1,0 +1,230 @@
+#include "trainer/learner.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/utils.h>
+
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include "trainer/bytes.h"
+
+namespace elastic::trainer {
+namespace {
+
+// Bumped whenever the layout below changes; older states are rejected.
+constexpr std::string_view kStateTag = "elastic-training-state/1";
+
+std::string ArchiveBytes(torch::serialize::OutputArchive& archive) {
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void LoadArchive(std::string_view bytes, torch::serialize::InputArchive& archive,
+                 const std::string& what) {
+  try {
+    archive.load_from(bytes.data(), bytes.size());
+  } catch (const c10::Error& e) {
+    throw StateFormatError(what + " is unreadable: " + e.what_without_backtrace());
+  }
+}
+
+// The parameters and buffers by name. Module::load would silently take a
+// tensor of another shape; this checks every name, shape and dtype first.
+void SaveModel(const torch::nn::Module& model, torch::serialize::OutputArchive& archive) {
+  for (const auto& item : model.named_parameters()) archive.write(item.key(), item.value());
+  for (const auto& item : model.named_buffers())
+    archive.write(item.key(), item.value(), /*is_buffer=*/true);
+}
+
+void LoadTensors(const torch::OrderedDict<std::string, torch::Tensor>& tensors,
+                 torch::serialize::InputArchive& archive, bool buffers) {
+  for (const auto& item : tensors) {
+    torch::Tensor saved;
+    if (!archive.try_read(item.key(), saved, buffers))
+      throw std::runtime_error("the saved model has no tensor '" + item.key() + "'");
+    const torch::Tensor& target = item.value();
+    if (!saved.sizes().equals(target.sizes()) || saved.scalar_type() != target.scalar_type()) {
+      std::ostringstream message;
+      message << "model tensor '" << item.key() << "' is saved as " << saved.sizes() << " "
+              << saved.scalar_type() << ", the model has " << target.sizes() << " "
+              << target.scalar_type();
+      throw std::runtime_error(message.str());
+    }
+    torch::NoGradGuard no_grad;
+    target.copy_(saved);
+  }
+}
+
+std::string CpuRngState() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  torch::Tensor state = generator.get_state();
+  return std::string(static_cast<const char*>(state.data_ptr()), state.numel());
+}
+
+void SetCpuRngState(std::string_view bytes) {
+  torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  try {
+    generator.set_state(state);
+  } catch (const c10::Error& e) {
+    throw StateFormatError(std::string("RNG state is invalid: ") + e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+void SeedTorch(uint64_t seed) { torch::manual_seed(seed); }
+
+torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                           double label_smoothing) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.to(torch::kFloat), labels,
+                          F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
+}
+
+Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, torch::Device device)
+    : model_(std::move(model)),
+      options_(std::move(options)),
+      device_(device),
+      schedule_(options_.schedule),
+      stopper_(options_.patience) {
+  if (!model_) throw std::invalid_argument("Learner: no model");
+  model_->to(device_);
+  params_ = model_->parameters();
+  optimizer_ = MakeOptimizer(params_, options_.optimizer);
+  if (options_.amp) {
+    CheckAutocastSupported(device_);
+    if (device_.is_cuda()) scaler_ = std::make_unique<DynamicLossScaler>();
+  }
+}
+
+StepStats Learner::Step(const torch::Tensor& images, const torch::Tensor& labels,
+                        double epochs_done, GradientHook* hook) {
+  StepStats stats;
+  stats.lr = schedule_.LearningRate(epochs_done);
+  stats.count = images.size(0);
+  model_->train();
+  optimizer_->SetLearningRate(stats.lr);
+  optimizer_->ZeroGrad();
+
+  const torch::Tensor x = images.to(device_, /*non_blocking=*/true);
+  const torch::Tensor y = labels.to(device_, /*non_blocking=*/true);
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(device_, options_.amp);
+    logits = model_->forward(x);
+  }
+  torch::Tensor loss = CrossEntropy(logits, y, options_.label_smoothing);
+  (scaler_ ? scaler_->Scale(loss) : loss).backward();
+
+  if (hook != nullptr) hook->AfterBackward(params_);
+  const bool finite = scaler_ ? scaler_->Unscale(params_) : true;
+  if (finite) {
+    if (options_.clip_grad > 0) torch::nn::utils::clip_grad_norm_(params_, options_.clip_grad);
+    optimizer_->Step();
+  }
+  if (scaler_) scaler_->Update(!finite);
+  stats.skipped = !finite;
+
+  torch::NoGradGuard no_grad;
+  stats.loss_sum = loss.item<double>() * static_cast<double>(stats.count);
+  stats.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
+  return stats;
+}
+
+bool Learner::EndEpoch(double validation_loss) {
+  schedule_.EndEpoch(validation_loss);
+  return stopper_.Update(validation_loss);
+}
+
+std::string Learner::CaptureState() const {
+  ByteWriter out;
+  out.Bytes(kStateTag);
+  out.Bytes(options_.model_name);
+  out.I64(options_.num_classes);
+  out.U64(options_.seed);
+  out.I64(progress_.epoch);
+  out.I64(progress_.position);
+  out.I64(progress_.step);
+
+  torch::serialize::OutputArchive model_archive;
+  SaveModel(*model_, model_archive);
+  out.Bytes(ArchiveBytes(model_archive));
+
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer_->Save(optimizer_archive);
+  out.Bytes(ArchiveBytes(optimizer_archive));
+
+  out.Bytes(schedule_.Save());
+  out.Bytes(stopper_.Save());
+
+  if (scaler_) {
+    torch::serialize::OutputArchive scaler_archive;
+    scaler_->Save(scaler_archive);
+    out.Bytes(ArchiveBytes(scaler_archive));
+  } else {
+    out.Bytes("");
+  }
+  out.Bytes(CpuRngState());
+  return out.Take();
+}
+
+void Learner::RestoreState(std::string_view bytes) {
+  ByteReader in(bytes, "training state");
+  if (in.Bytes() != kStateTag)
+    throw StateFormatError("training state: unknown format (expected " + std::string(kStateTag) +
+                           ")");
+  const std::string model_name(in.Bytes());
+  const int64_t num_classes = in.I64();
+  if (model_name != options_.model_name) {
+    throw std::runtime_error("training state is for model '" + model_name + "', this run trains '" +
+                             options_.model_name + "'");
+  }
+  if (num_classes != options_.num_classes) {
+    throw std::runtime_error("training state has " + std::to_string(num_classes) +
+                             " classes, this data set has " + std::to_string(options_.num_classes));
+  }
+  options_.seed = in.U64();
+  TrainingProgress progress;
+  progress.epoch = in.I64();
+  progress.position = in.I64();
+  progress.step = in.I64();
+
+  torch::serialize::InputArchive model_archive;
+  LoadArchive(in.Bytes(), model_archive, "model state");
+  LoadTensors(model_->named_parameters(), model_archive, /*buffers=*/false);
+  LoadTensors(model_->named_buffers(), model_archive, /*buffers=*/true);
+
+  torch::serialize::InputArchive optimizer_archive;
+  LoadArchive(in.Bytes(), optimizer_archive, "optimizer state");
+  try {
+    optimizer_->Load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(std::string("optimizer state does not fit this optimizer: ") +
+                             e.what_without_backtrace());
+  }
+
+  schedule_.Load(in.Bytes());
+  stopper_.Load(in.Bytes());
+
+  const std::string_view scaler_bytes = in.Bytes();
+  if (scaler_ && !scaler_bytes.empty()) {
+    torch::serialize::InputArchive scaler_archive;
+    LoadArchive(scaler_bytes, scaler_archive, "loss scaler state");
+    scaler_->Load(scaler_archive);
+  }
+  SetCpuRngState(in.Bytes());
+  in.ExpectEnd();
+  progress_ = progress;
+}
+
+}  // namespace elastic::trainer

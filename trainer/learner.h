@@ -1,0 +1,119 @@
+// The training step and the training state, as one unit.
+//
+// A Learner owns a model and everything that changes while it trains: the
+// optimizer (and its momentum / Adam moments / Lookahead weights), the
+// learning-rate schedule, early stopping, the loss scaler, the RNG and the
+// progress counters. Step() is the whole per-step work; CaptureState() and
+// RestoreState() turn all of that into bytes and back, exactly. The
+// single-process loop (trainer.h) and the distributed trainer both drive it:
+// the latter passes a GradientHook that allreduces the gradients, commits
+// CaptureState() in memory and broadcasts it to new workers.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/net.h"
+#include "trainer/amp.h"
+#include "trainer/optimizer.h"
+#include "trainer/schedule.h"
+
+namespace elastic::trainer {
+
+struct LearnerOptions {
+  std::string model_name;  // recorded in the state; a restore into another model fails
+  int64_t num_classes = 10;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  int64_t patience = 0;  // early stopping; 0: off
+  double label_smoothing = 0;
+  double clip_grad = 0;  // max global L2 norm; 0: off
+  bool amp = false;
+  uint64_t seed = 0;
+};
+
+// Where training is: the epoch being trained (0-based), how many samples of
+// its permutation are consumed, and how many optimizer steps were taken in
+// all. The loop advances it; the Learner only keeps it with the state.
+struct TrainingProgress {
+  int64_t epoch = 0;
+  int64_t position = 0;
+  int64_t step = 0;
+};
+
+// Called between backward and the optimizer step, with the gradients in the
+// parameters' .grad(). The distributed trainer averages them across workers
+// here; every worker then clips and steps on identical gradients.
+class GradientHook {
+ public:
+  virtual ~GradientHook() = default;
+  virtual void AfterBackward(const std::vector<torch::Tensor>& params) = 0;
+};
+
+struct StepStats {
+  double loss_sum = 0;  // summed over the batch (mean loss x batch size)
+  int64_t correct = 0;
+  int64_t count = 0;
+  double lr = 0;
+  bool skipped = false;  // the loss scaler found inf/NaN gradients; no update was made
+};
+
+class Learner {
+ public:
+  // Moves the model to `device`. Throws when --amp is not supported there.
+  Learner(std::shared_ptr<models::Net> model, LearnerOptions options, torch::Device device);
+
+  // One optimizer step on a batch: learning rate from the schedule at
+  // `epochs_done` (the fractional epoch this step ends at), forward (under
+  // autocast with --amp), label-smoothed cross-entropy, backward, `hook`,
+  // loss-scale check, gradient clipping, optimizer step.
+  StepStats Step(const torch::Tensor& images, const torch::Tensor& labels, double epochs_done,
+                 GradientHook* hook = nullptr);
+
+  // After each epoch's evaluation: feeds the plateau schedule and early
+  // stopping. Returns true when early stopping says to stop.
+  bool EndEpoch(double validation_loss);
+  bool should_stop() const { return stopper_.should_stop(); }
+
+  // Every bit of the training state (see the file comment).
+  std::string CaptureState() const;
+  // Throws std::runtime_error naming what does not fit (another model, number
+  // of classes, optimizer or schedule; truncated bytes) and then leaves this
+  // Learner in an unspecified state: build a fresh one to try again.
+  void RestoreState(std::string_view bytes);
+
+  models::Net& model() { return *model_; }
+  const std::shared_ptr<models::Net>& shared_model() const { return model_; }
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  TrainingProgress& progress() { return progress_; }
+  const TrainingProgress& progress() const { return progress_; }
+  uint64_t seed() const { return options_.seed; }
+  const LearnerOptions& options() const { return options_; }
+  const torch::Device& device() const { return device_; }
+  const LrSchedule& schedule() const { return schedule_; }
+
+ private:
+  std::shared_ptr<models::Net> model_;
+  LearnerOptions options_;
+  torch::Device device_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LrSchedule schedule_;
+  EarlyStopping stopper_;
+  std::unique_ptr<DynamicLossScaler> scaler_;  // only for --amp on CUDA
+  TrainingProgress progress_;
+};
+
+// Seeds LibTorch's default generators (weight initialisation, dropout).
+void SeedTorch(uint64_t seed);
+
+// Label-smoothed cross-entropy, mean over the batch, computed in float32.
+torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                           double label_smoothing);
+
+}  // namespace elastic::trainer

@@ -1,0 +1,130 @@
+// Flag parsing and validation of the training flags.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "trainer/flags.h"
+#include "trainer/train_options.h"
+
+namespace elastic::trainer {
+namespace {
+
+const std::vector<std::string> kModels = {"resnet8", "resnet18"};
+
+// Parses `args` (without the program name) into fresh options.
+TrainOptions Parse(std::vector<const char*> args) {
+  TrainOptions options;
+  FlagSet flags("cifar", "test");
+  RegisterTrainFlags(flags, options);
+  args.insert(args.begin(), "cifar");
+  flags.Parse(static_cast<int>(args.size()), args.data());
+  return options;
+}
+
+std::string ParseError(std::vector<const char*> args) {
+  try {
+    ValidateTrainOptions(Parse(std::move(args)), kModels);
+  } catch (const FlagError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FlagsTest, DefaultsArePytorchCifarRecipe) {
+  const TrainOptions o = Parse({});
+  EXPECT_EQ(o.model, "resnet18");
+  EXPECT_EQ(o.batch_size, 128);
+  EXPECT_DOUBLE_EQ(o.lr, 0.1);
+  EXPECT_DOUBLE_EQ(o.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(o.weight_decay, 5e-4);
+  EXPECT_EQ(o.schedule, "cosine");
+  EXPECT_EQ(o.epochs, 200);
+  EXPECT_NO_THROW(ValidateTrainOptions(o, kModels));
+}
+
+TEST(FlagsTest, ParsesBothSyntaxesAndBoolForms) {
+  const TrainOptions o = Parse({"--lr=0.05", "--epochs", "3", "--nesterov", "--no-augment",
+                                "--amp=true", "--model", "resnet8", "--optimizer=adam"});
+  EXPECT_DOUBLE_EQ(o.lr, 0.05);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_TRUE(o.nesterov);
+  EXPECT_FALSE(o.augment);
+  EXPECT_TRUE(o.amp);
+  EXPECT_EQ(o.model, "resnet8");
+  EXPECT_EQ(o.optimizer, "adam");
+}
+
+TEST(FlagsTest, RejectsUnknownFlagByName) {
+  EXPECT_NE(ParseError({"--bogus=1"}).find("unknown flag --bogus"), std::string::npos);
+  EXPECT_NE(ParseError({"--no-lr"}).find("unknown flag --no-lr"), std::string::npos);
+  EXPECT_NE(ParseError({"positional"}).find("unexpected argument 'positional'"), std::string::npos);
+}
+
+TEST(FlagsTest, RejectsMalformedValues) {
+  EXPECT_NE(ParseError({"--epochs=abc"}).find("--epochs=abc: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--lr=fast"}).find("--lr=fast: expected a finite number"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--lr=nan"}).find("expected a finite number"), std::string::npos);
+  EXPECT_NE(ParseError({"--nesterov=maybe"}).find("expected true or false"), std::string::npos);
+  EXPECT_NE(ParseError({"--optimizer=rmsprop"}).find("must be one of sgd, adam"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--epochs"}).find("--epochs needs a value"), std::string::npos);
+}
+
+TEST(FlagsTest, RejectsImpossibleValues) {
+  EXPECT_NE(ParseError({"--lr=-0.1"}).find("--lr must be > 0"), std::string::npos);
+  EXPECT_NE(ParseError({"--batch-size=0"}).find("--batch-size must be >= 1"), std::string::npos);
+  EXPECT_NE(ParseError({"--epochs=0"}).find("--epochs"), std::string::npos);
+  EXPECT_NE(ParseError({"--momentum=1.5"}).find("--momentum"), std::string::npos);
+  EXPECT_NE(ParseError({"--label-smoothing=1"}).find("--label-smoothing"), std::string::npos);
+  EXPECT_NE(ParseError({"--clip-grad=-1"}).find("--clip-grad"), std::string::npos);
+  EXPECT_NE(ParseError({"--lookahead-alpha=0"}).find("--lookahead-alpha"), std::string::npos);
+  EXPECT_NE(ParseError({"--optimizer=adam", "--nesterov"}).find("--nesterov needs --optimizer=sgd"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--resume"}).find("--resume needs --checkpoint-dir"), std::string::npos);
+  EXPECT_NE(ParseError({"--min-lr=1"}).find("--min-lr"), std::string::npos);
+}
+
+TEST(FlagsTest, RejectsUnknownModelAndListsKnownOnes) {
+  const std::string error = ParseError({"--model=resnet1000"});
+  EXPECT_NE(error.find("--model=resnet1000: unknown model"), std::string::npos) << error;
+  EXPECT_NE(error.find("resnet8, resnet18"), std::string::npos) << error;
+  // --list-models needs no valid --model.
+  EXPECT_EQ(ParseError({"--model=resnet1000", "--list-models"}), "");
+}
+
+TEST(FlagsTest, HelpExplainsEveryFlagWithItsDefault) {
+  TrainOptions options;
+  FlagSet flags("cifar", "Trains.");
+  RegisterTrainFlags(flags, options);
+  const char* argv[] = {"cifar", "--lr=0.5", "--help"};
+  flags.Parse(3, argv);
+  EXPECT_TRUE(flags.help_requested());
+  const std::string help = flags.Help();
+  for (const char* expected :
+       {"--model=STRING", "(default: \"resnet18\")", "--lr=FLOAT", "(default: 0.1)", "--epochs=INT",
+        "(default: 200)", "--nesterov\n", "(default: false)", "--augment\n", "(default: true)",
+        "One of: sgd adam.", "--checkpoint-dir", "--resume", "--max-steps", "--list-models",
+        "--help"}) {
+    EXPECT_NE(help.find(expected), std::string::npos) << expected << "\n" << help;
+  }
+}
+
+// The distributed trainer adds its flags to the same set.
+TEST(FlagsTest, OtherBinariesExtendTheSet) {
+  TrainOptions options;
+  int64_t workers = 1;
+  FlagSet flags("cifar", "Trains.");
+  RegisterTrainFlags(flags, options);
+  flags.AddInt("workers", &workers, "Worker processes.");
+  const char* argv[] = {"cifar", "--workers=8", "--lr=0.2"};
+  flags.Parse(3, argv);
+  EXPECT_EQ(workers, 8);
+  EXPECT_DOUBLE_EQ(options.lr, 0.2);
+  EXPECT_THROW(flags.AddInt("workers", &workers, "again"), std::logic_error);
+}
+
+}  // namespace
+}  // namespace elastic::trainer

@@ -1,0 +1,65 @@
+#include "trainer/progress.h"
+
+#include <unistd.h>
+
+namespace elastic::trainer {
+
+ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every)
+    : out_(out), live_(live), log_every_(log_every < 1 ? 1 : log_every) {}
+
+bool ProgressReporter::IsTerminal(std::FILE* out) { return ::isatty(::fileno(out)) == 1; }
+
+void ProgressReporter::StartEpoch(int64_t epoch, int64_t epochs, int64_t steps_in_epoch) {
+  epoch_ = epoch;
+  epochs_ = epochs;
+  steps_in_epoch_ = steps_in_epoch;
+  start_ = std::chrono::steady_clock::now();
+}
+
+double ProgressReporter::epoch_seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t images_in_epoch,
+                            double mean_loss, double accuracy, double lr) {
+  const bool last = step_in_epoch == steps_in_epoch_;
+  if (!live_ && step_in_epoch % log_every_ != 0 && !last) return;
+  const double seconds = epoch_seconds();
+  const double rate = seconds > 0 ? static_cast<double>(images_in_epoch) / seconds : 0;
+  const double eta = step_in_epoch > 0 ? seconds / static_cast<double>(step_in_epoch) *
+                                             static_cast<double>(steps_in_epoch_ - step_in_epoch)
+                                       : 0;
+  std::fprintf(out_,
+               "%sepoch %lld/%lld step %lld/%lld (global %lld) loss %.4f acc %.2f%% lr %.4g "
+               "%.0f img/s ETA %.0fs%s",
+               live_ ? "\r\033[K" : "", static_cast<long long>(epoch_),
+               static_cast<long long>(epochs_), static_cast<long long>(step_in_epoch),
+               static_cast<long long>(steps_in_epoch_), static_cast<long long>(global_step),
+               mean_loss, 100 * accuracy, lr, rate, eta, live_ ? "" : "\n");
+  line_open_ = live_;
+  std::fflush(out_);
+}
+
+void ProgressReporter::ClearLiveLine() {
+  if (line_open_) std::fputs("\r\033[K", out_);
+  line_open_ = false;
+}
+
+void ProgressReporter::EndEpoch(const EpochSummary& s) {
+  ClearLiveLine();
+  std::fprintf(out_,
+               "epoch %lld/%lld train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | "
+               "%.0f img/s %.1fs lr %.4g\n",
+               static_cast<long long>(s.epoch), static_cast<long long>(s.epochs), s.train_loss,
+               100 * s.train_accuracy, s.test_loss, 100 * s.test_accuracy, s.images_per_second,
+               s.seconds, s.lr);
+  std::fflush(out_);
+}
+
+void ProgressReporter::Note(const char* text) {
+  ClearLiveLine();
+  std::fprintf(out_, "%s\n", text);
+  std::fflush(out_);
+}
+
+}  // namespace elastic::trainer

@@ -1,0 +1,55 @@
+// Progress output of a training run. On a terminal one live line is redrawn
+// in place (step, loss, accuracy, images/s, ETA); otherwise, for logs and
+// pipes, a plain line every `log_every` steps. Each epoch ends with one
+// summary line either way.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+
+namespace elastic::trainer {
+
+struct EpochSummary {
+  int64_t epoch = 0;  // 1-based for people
+  int64_t epochs = 0;
+  double train_loss = 0;
+  double train_accuracy = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double images_per_second = 0;
+  double seconds = 0;
+  double lr = 0;
+};
+
+class ProgressReporter {
+ public:
+  // live: redraw one line with '\r' (use IsTerminal(out)).
+  ProgressReporter(std::FILE* out, bool live, int64_t log_every);
+
+  static bool IsTerminal(std::FILE* out);
+
+  void StartEpoch(int64_t epoch, int64_t epochs, int64_t steps_in_epoch);
+  // After each step: running means over the epoch so far.
+  void Step(int64_t step_in_epoch, int64_t global_step, int64_t images_in_epoch, double mean_loss,
+            double accuracy, double lr);
+  void EndEpoch(const EpochSummary& summary);
+  // A free-form line (clears the live line first).
+  void Note(const char* text);
+
+  double epoch_seconds() const;
+
+ private:
+  void ClearLiveLine();
+
+  std::FILE* out_;
+  bool live_;
+  int64_t log_every_;
+  int64_t epoch_ = 0;
+  int64_t epochs_ = 0;
+  int64_t steps_in_epoch_ = 0;
+  bool line_open_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace elastic::trainer

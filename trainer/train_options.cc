@@ -1,0 +1,131 @@
+#include "trainer/train_options.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace elastic::trainer {
+
+void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
+  f.AddString("model", &o.model, "Model to train (see --list-models).");
+  f.AddBool("list-models", &o.list_models, "Print every model with its parameter count and exit.");
+  f.AddString("dataset", &o.dataset, "Data set.", {"cifar10", "fashion-mnist"});
+  f.AddString("data-dir", &o.data_dir,
+              "Directory with the data set's files; empty: the standard place (CIFAR-10 is "
+              "downloaded to a cache, Fashion-MNIST is read from /usr/share/datasets).");
+  f.AddInt("train-samples", &o.train_samples,
+           "Train on the first N training images only; 0: all of them.");
+  f.AddInt("test-samples", &o.test_samples,
+           "Evaluate on the first N test images only; 0: all of them.");
+  f.AddInt("epochs", &o.epochs, "Number of passes over the training set.");
+  f.AddInt("max-steps", &o.max_steps,
+           "Stop after this many optimizer steps in total (the last epoch is cut short and "
+           "evaluated); 0: no limit.");
+  f.AddInt("batch-size", &o.batch_size, "Images per optimizer step.");
+  f.AddString("optimizer", &o.optimizer, "Optimizer.", {"sgd", "adam"});
+  f.AddDouble("lr", &o.lr, "Peak learning rate (reached after warm-up).");
+  f.AddDouble("momentum", &o.momentum, "SGD momentum.");
+  f.AddBool("nesterov", &o.nesterov, "Use Nesterov momentum with SGD.");
+  f.AddDouble("weight-decay", &o.weight_decay, "L2 weight decay (SGD and Adam).");
+  f.AddDouble("adam-beta1", &o.adam_beta1, "Adam's first-moment decay.");
+  f.AddDouble("adam-beta2", &o.adam_beta2, "Adam's second-moment decay.");
+  f.AddBool("lookahead", &o.lookahead,
+            "Wrap the optimizer in Lookahead: every k steps the slow weights move alpha of the "
+            "way to the fast weights and the fast weights restart from them.");
+  f.AddInt("lookahead-k", &o.lookahead_k, "Lookahead: fast steps per slow step.");
+  f.AddDouble("lookahead-alpha", &o.lookahead_alpha, "Lookahead: slow step size in (0, 1].");
+  f.AddString("schedule", &o.schedule,
+              "Learning-rate schedule after warm-up: cosine decays to --min-lr over the run, "
+              "step multiplies by --gamma every --step-size epochs, plateau multiplies by "
+              "--plateau-factor when test loss has not improved for --plateau-patience epochs.",
+              {"cosine", "step", "plateau", "constant"});
+  f.AddDouble("warmup-epochs", &o.warmup_epochs,
+              "Linear warm-up from 0 to --lr over this many epochs (fractions allowed).");
+  f.AddInt("step-size", &o.step_size, "Step schedule: epochs between decays.");
+  f.AddDouble("gamma", &o.gamma, "Step schedule: decay factor.");
+  f.AddInt("plateau-patience", &o.plateau_patience,
+           "Plateau schedule: epochs without improvement before the rate drops.");
+  f.AddDouble("plateau-factor", &o.plateau_factor, "Plateau schedule: decay factor.");
+  f.AddDouble("min-lr", &o.min_lr, "Lowest learning rate of the cosine and plateau schedules.");
+  f.AddInt("patience", &o.patience,
+           "Early stopping: stop when test loss has not improved for this many epochs; 0: off.");
+  f.AddDouble("label-smoothing", &o.label_smoothing,
+              "Label smoothing of the cross-entropy loss, in [0, 1).");
+  f.AddDouble("clip-grad", &o.clip_grad,
+              "Clip the global L2 norm of the gradients to this value; 0: off.");
+  f.AddBool("augment", &o.augment,
+            "Random crop (4-pixel padding) and horizontal flip of training images.");
+  f.AddBool("amp", &o.amp,
+            "Mixed precision: float16 autocast with dynamic loss scaling on CUDA, bfloat16 "
+            "autocast on CPU.");
+  f.AddInt("seed", &o.seed, "Seed of every random choice (weights, order, augmentation).");
+  f.AddString("checkpoint-dir", &o.checkpoint_dir,
+              "Directory for checkpoint.ckpt (written atomically); empty: no checkpoints.");
+  f.AddInt("checkpoint-every", &o.checkpoint_every, "Epochs between checkpoints.");
+  f.AddBool("resume", &o.resume,
+            "Continue from the checkpoint in --checkpoint-dir exactly where it stopped.");
+  f.AddInt("threads", &o.threads, "Compute threads of LibTorch; 0: its default.");
+  f.AddInt("loader-threads", &o.loader_threads, "Threads that decode and augment batches.");
+  f.AddInt("log-every", &o.log_every,
+           "Steps between progress lines when stdout is not a terminal (a terminal gets a live "
+           "line).");
+}
+
+namespace {
+
+void Require(bool ok, const std::string& flag, const std::string& what) {
+  if (!ok) throw FlagError("--" + flag + " " + what);
+}
+
+template <typename T>
+std::string Show(T value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>& known_models) {
+  if (!o.list_models && !known_models.empty() &&
+      std::find(known_models.begin(), known_models.end(), o.model) == known_models.end()) {
+    std::string list;
+    for (const std::string& name : known_models) list += (list.empty() ? "" : ", ") + name;
+    throw FlagError("--model=" + o.model + ": unknown model; known models: " + list);
+  }
+  Require(o.train_samples >= 0, "train-samples", "must be >= 0, got " + Show(o.train_samples));
+  Require(o.test_samples >= 0, "test-samples", "must be >= 0, got " + Show(o.test_samples));
+  Require(o.epochs >= 1, "epochs", "must be >= 1, got " + Show(o.epochs));
+  Require(o.max_steps >= 0, "max-steps", "must be >= 0, got " + Show(o.max_steps));
+  Require(o.batch_size >= 1, "batch-size", "must be >= 1, got " + Show(o.batch_size));
+  Require(o.lr > 0, "lr", "must be > 0, got " + Show(o.lr));
+  Require(o.momentum >= 0 && o.momentum < 1, "momentum",
+          "must be in [0, 1), got " + Show(o.momentum));
+  Require(!o.nesterov || o.optimizer == "sgd", "nesterov", "needs --optimizer=sgd");
+  Require(!o.nesterov || o.momentum > 0, "nesterov", "needs --momentum > 0");
+  Require(o.weight_decay >= 0, "weight-decay", "must be >= 0, got " + Show(o.weight_decay));
+  Require(o.adam_beta1 >= 0 && o.adam_beta1 < 1, "adam-beta1", "must be in [0, 1)");
+  Require(o.adam_beta2 >= 0 && o.adam_beta2 < 1, "adam-beta2", "must be in [0, 1)");
+  Require(o.lookahead_k >= 1, "lookahead-k", "must be >= 1, got " + Show(o.lookahead_k));
+  Require(o.lookahead_alpha > 0 && o.lookahead_alpha <= 1, "lookahead-alpha",
+          "must be in (0, 1], got " + Show(o.lookahead_alpha));
+  Require(o.warmup_epochs >= 0, "warmup-epochs", "must be >= 0, got " + Show(o.warmup_epochs));
+  Require(o.step_size >= 1, "step-size", "must be >= 1, got " + Show(o.step_size));
+  Require(o.gamma > 0 && o.gamma <= 1, "gamma", "must be in (0, 1], got " + Show(o.gamma));
+  Require(o.plateau_patience >= 0, "plateau-patience", "must be >= 0");
+  Require(o.plateau_factor > 0 && o.plateau_factor < 1, "plateau-factor",
+          "must be in (0, 1), got " + Show(o.plateau_factor));
+  Require(o.min_lr >= 0 && o.min_lr <= o.lr, "min-lr",
+          "must be in [0, --lr], got " + Show(o.min_lr));
+  Require(o.patience >= 0, "patience", "must be >= 0, got " + Show(o.patience));
+  Require(o.label_smoothing >= 0 && o.label_smoothing < 1, "label-smoothing",
+          "must be in [0, 1), got " + Show(o.label_smoothing));
+  Require(o.clip_grad >= 0, "clip-grad", "must be >= 0, got " + Show(o.clip_grad));
+  Require(o.seed >= 0, "seed", "must be >= 0, got " + Show(o.seed));
+  Require(o.checkpoint_every >= 1, "checkpoint-every", "must be >= 1");
+  Require(!o.resume || !o.checkpoint_dir.empty(), "resume", "needs --checkpoint-dir");
+  Require(o.threads >= 0, "threads", "must be >= 0, got " + Show(o.threads));
+  Require(o.loader_threads >= 1, "loader-threads", "must be >= 1");
+  Require(o.log_every >= 1, "log-every", "must be >= 1");
+}
+
+}  // namespace elastic::trainer

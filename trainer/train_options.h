@@ -1,0 +1,76 @@
+// Everything a single-process training run is configured by, and the flags
+// that set it. The distributed trainer registers these same flags and adds
+// its own to the FlagSet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/flags.h"
+
+namespace elastic::trainer {
+
+struct TrainOptions {
+  // What to train on what.
+  std::string model = "resnet18";
+  bool list_models = false;
+  std::string dataset = "cifar10";
+  std::string data_dir;
+  int64_t train_samples = 0;  // 0: the whole training set
+  int64_t test_samples = 0;   // 0: the whole test set
+
+  // How long.
+  int64_t epochs = 200;
+  int64_t max_steps = 0;  // 0: no limit
+  int64_t batch_size = 128;
+
+  // Optimizer.
+  std::string optimizer = "sgd";
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  bool lookahead = false;
+  int64_t lookahead_k = 5;
+  double lookahead_alpha = 0.5;
+
+  // Learning-rate schedule.
+  std::string schedule = "cosine";
+  double warmup_epochs = 0;
+  int64_t step_size = 30;
+  double gamma = 0.1;
+  int64_t plateau_patience = 5;
+  double plateau_factor = 0.1;
+  double min_lr = 0;
+
+  // Regularisation and numerics.
+  int64_t patience = 0;  // early stopping; 0: off
+  double label_smoothing = 0;
+  double clip_grad = 0;  // max global gradient norm; 0: off
+  bool augment = true;
+  bool amp = false;
+  int64_t seed = 0;
+
+  // Checkpoints.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 1;  // epochs
+  bool resume = false;
+
+  // Machine and output.
+  int64_t threads = 0;  // 0: LibTorch's default
+  int64_t loader_threads = 2;
+  int64_t log_every = 50;  // steps between plain progress lines
+};
+
+// Binds every TrainOptions field to a flag of `flags`.
+void RegisterTrainFlags(FlagSet& flags, TrainOptions& options);
+
+// Rejects impossible combinations with a FlagError naming the flag, e.g. a
+// negative --lr or a --model that is not in `known_models`.
+void ValidateTrainOptions(const TrainOptions& options,
+                          const std::vector<std::string>& known_models);
+
+}  // namespace elastic::trainer
