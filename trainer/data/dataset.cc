@@ -1,5 +1,6 @@
 #include "trainer/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -48,14 +49,29 @@ InMemoryDataset::InMemoryDataset(std::string name, torch::Tensor images, torch::
 }
 
 Normalization MeasureNormalization(const torch::Tensor& images) {
-  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3, "expected images [N, 3, H, W]");
-  const torch::Tensor x = images.to(torch::kFloat64).div(255.0);
-  const torch::Tensor mean = x.mean({0, 2, 3});
-  const torch::Tensor std = x.std({0, 2, 3}, /*unbiased=*/false);
+  if (images.scalar_type() != torch::kUInt8 || images.dim() != 4 || images.size(1) != 3) {
+    throw std::invalid_argument("MeasureNormalization: expected uint8 images [N, 3, H, W]");
+  }
+  // Exact integer sums in one pass: no float copy of the whole data set.
+  const torch::Tensor x = images.contiguous();
+  const uint8_t* p = x.data_ptr<uint8_t>();
+  const int64_t n = x.size(0);
+  const int64_t plane = x.size(2) * x.size(3);
   Normalization norm{};
   for (int c = 0; c < 3; ++c) {
-    norm.mean[c] = static_cast<float>(mean[c].item<double>());
-    norm.std[c] = static_cast<float>(std[c].item<double>());
+    uint64_t sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* channel = p + (i * 3 + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        sum += channel[j];
+        sum_sq += uint64_t{channel[j]} * channel[j];
+      }
+    }
+    const double count = static_cast<double>(n * plane);
+    const double mean = sum / count / 255.0;
+    const double var = sum_sq / count / (255.0 * 255.0) - mean * mean;
+    norm.mean[c] = static_cast<float>(mean);
+    norm.std[c] = static_cast<float>(std::sqrt(std::max(var, 0.0)));
   }
   return norm;
 }
