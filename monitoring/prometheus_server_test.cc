@@ -4,6 +4,7 @@
 // Prometheus's HTTP API. Every PromQL query of the shipped dashboard is also
 // evaluated by that server, so a syntax error in a panel fails here.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -102,6 +103,12 @@ class PrometheusServer {
           << process_->LogTail();
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
+  }
+
+  // SIGTERM; returns the wait status.
+  int Stop() {
+    process_->Stop();
+    return process_->wait_status();
   }
 
   std::string LogTail() const { return process_ ? process_->LogTail() : ""; }
@@ -214,6 +221,12 @@ TEST(PrometheusServerTest, ScrapesTheJobAndSeesAMembershipChange) {
   const auto labels =
       HttpGet(prometheus.Url("/api/v1/label/job/values?match[]=elastic_world_size"), 10);
   EXPECT_NE(labels.body.find("\"elastic\""), std::string::npos) << labels.body << labels.error;
+
+  // SIGTERM shuts it down cleanly (nothing is left running after the test).
+  const int status = prometheus.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "Prometheus did not exit cleanly on SIGTERM (status " << status << "); log:\n"
+      << prometheus.LogTail();
 }
 
 }  // namespace
