@@ -1,5 +1,7 @@
 #include "models/layers.h"
 
+#include <torch/nn/modules/activation.h>
+
 namespace elastic::models {
 
 namespace nn = torch::nn;
@@ -12,6 +14,11 @@ nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t
 
 nn::Sequential ConvBn1x1(int64_t in, int64_t out, int64_t stride) {
   return nn::Sequential(Conv(in, out, 1, stride), nn::BatchNorm2d(out));
+}
+
+nn::Sequential ConvBnRelu3x3(int64_t in, int64_t out) {
+  return nn::Sequential(Conv(in, out, 3, 1, 1), nn::BatchNorm2d(out),
+                        nn::ReLU(nn::ReLUOptions(/*inplace=*/true)));
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride)
@@ -49,6 +56,14 @@ torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
   out = bn3_(conv3_(out));
   out = out + (shortcut_ ? shortcut_->forward(x) : x);
   return torch::relu(out);
+}
+
+RootImpl::RootImpl(int64_t in_channels, int64_t out_channels)
+    : conv_(register_module("conv", Conv(in_channels, out_channels, 1))),
+      bn_(register_module("bn", nn::BatchNorm2d(out_channels))) {}
+
+torch::Tensor RootImpl::forward(const std::vector<torch::Tensor>& xs) {
+  return torch::relu(bn_(conv_(torch::cat(xs, 1))));
 }
 
 }  // namespace elastic::models

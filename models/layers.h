@@ -11,6 +11,8 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <vector>
+
 namespace elastic::models {
 
 // nn.Conv2d with a square kernel; pytorch-cifar leaves out the bias wherever
@@ -20,6 +22,9 @@ torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride =
 
 // 1x1 convolution + BatchNorm: the projection shortcut of the residual blocks.
 torch::nn::Sequential ConvBn1x1(int64_t in, int64_t out, int64_t stride);
+
+// 3x3 convolution (stride 1, padding 1) + BatchNorm + ReLU: the DLA stems.
+torch::nn::Sequential ConvBnRelu3x3(int64_t in, int64_t out);
 
 // Two 3x3 convolutions with a residual connection (ResNet paper, Fig. 2 left).
 class BasicBlockImpl : public torch::nn::Module {
@@ -48,6 +53,19 @@ class BottleneckImpl : public torch::nn::Module {
   torch::nn::Sequential shortcut_{nullptr};  // null: identity
 };
 TORCH_MODULE(Bottleneck);
+
+// DLA aggregation node: concatenate the inputs along channels, then
+// 1x1 conv + BN + ReLU (Deep Layer Aggregation, arXiv:1707.06484).
+class RootImpl : public torch::nn::Module {
+ public:
+  RootImpl(int64_t in_channels, int64_t out_channels);
+  torch::Tensor forward(const std::vector<torch::Tensor>& xs);
+
+ private:
+  torch::nn::Conv2d conv_{nullptr};
+  torch::nn::BatchNorm2d bn_{nullptr};
+};
+TORCH_MODULE(Root);
 
 }  // namespace elastic::models
 

@@ -15,12 +15,41 @@ struct Entry {
   Factory make;
 };
 
+constexpr char kResNetPaper[] =
+    "He et al., Deep Residual Learning for Image Recognition, arXiv:1512.03385";
+constexpr char kRegNetPaper[] =
+    "Radosavovic et al., Designing Network Design Spaces, arXiv:2003.13678";
+constexpr char kResNeXtPaper[] =
+    "Xie et al., Aggregated Residual Transformations for Deep Neural Networks, arXiv:1611.05431";
+constexpr char kDlaPaper[] = "Yu et al., Deep Layer Aggregation, arXiv:1707.06484";
+
 // The single list of models; AvailableModels() and CreateModel() both read it,
-// so a model cannot be listed without being constructible or vice versa.
+// so a model cannot be listed without being constructible or vice versa. The
+// order is the pytorch-cifar results table, after the small test model.
 const std::vector<Entry>& Entries() {
   static const std::vector<Entry> entries = {
-      {{"resnet8", "He et al., Deep Residual Learning for Image Recognition, arXiv:1512.03385"},
-       MakeResNet8},
+      {{"resnet8", kResNetPaper}, MakeResNet8},
+      {{"vgg16", "Simonyan & Zisserman, Very Deep Convolutional Networks, arXiv:1409.1556"},
+       MakeVgg16},
+      {{"resnet18", kResNetPaper}, MakeResNet18},
+      {{"resnet50", kResNetPaper}, MakeResNet50},
+      {{"resnet101", kResNetPaper}, MakeResNet101},
+      {{"regnetx_200mf", kRegNetPaper}, MakeRegNetX200MF},
+      {{"regnety_400mf", kRegNetPaper}, MakeRegNetY400MF},
+      {{"mobilenetv2",
+        "Sandler et al., MobileNetV2: Inverted Residuals and Linear Bottlenecks, "
+        "arXiv:1801.04381"},
+       MakeMobileNetV2},
+      {{"resnext29_32x4d", kResNeXtPaper}, MakeResNeXt29_32x4d},
+      {{"resnext29_2x64d", kResNeXtPaper}, MakeResNeXt29_2x64d},
+      {{"simpledla", kDlaPaper}, MakeSimpleDLA},
+      {{"densenet121", "Huang et al., Densely Connected Convolutional Networks, arXiv:1608.06993"},
+       MakeDenseNet121},
+      {{"preactresnet18",
+        "He et al., Identity Mappings in Deep Residual Networks, arXiv:1603.05027"},
+       MakePreActResNet18},
+      {{"dpn92", "Chen et al., Dual Path Networks, arXiv:1707.01629"}, MakeDPN92},
+      {{"dla", kDlaPaper}, MakeDLA},
   };
   return entries;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -21,6 +22,20 @@ const std::map<std::string, int64_t>& ExpectedParameterCounts() {
       // definition (conv3x3 3->16 + BN, one pytorch-cifar BasicBlock per stage
       // at 16/32/64 channels, strides 1/2/2, Linear(64, 10)).
       {"resnet8", 78042},
+      {"vgg16", 14728266},           // vgg.py, VGG('VGG16')
+      {"resnet18", 11173962},        // resnet.py, ResNet18()
+      {"resnet50", 23520842},        // resnet.py, ResNet50()
+      {"resnet101", 42512970},       // resnet.py, ResNet101()
+      {"regnetx_200mf", 2321946},    // regnet.py, RegNetX_200MF()
+      {"regnety_400mf", 5714362},    // regnet.py, RegNetY_400MF()
+      {"mobilenetv2", 2296922},      // mobilenetv2.py, MobileNetV2()
+      {"resnext29_32x4d", 4774218},  // resnext.py, ResNeXt29_32x4d()
+      {"resnext29_2x64d", 9128778},  // resnext.py, ResNeXt29_2x64d()
+      {"simpledla", 15142970},       // dla_simple.py, SimpleDLA()
+      {"densenet121", 6956298},      // densenet.py, DenseNet121()
+      {"preactresnet18", 11171146},  // preact_resnet.py, PreActResNet18()
+      {"dpn92", 34236634},           // dpn.py, DPN92()
+      {"dla", 16291386},             // dla.py, DLA()
   };
   return counts;
 }
@@ -41,6 +56,14 @@ TEST_P(ZooTest, ForwardGivesTenLogitsPerImage) {
   torch::Tensor y = net->forward(torch::randn({2, 3, 32, 32}));
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10}));
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+}
+
+// The classifier follows num_classes (the originals of VGG and DPN hard-code 10).
+TEST_P(ZooTest, ForwardHonoursTheClassCount) {
+  torch::NoGradGuard no_grad;
+  auto net = CreateModel(GetParam(), 3);
+  net->eval();
+  EXPECT_EQ(net->forward(torch::randn({1, 3, 32, 32})).sizes(), (std::vector<int64_t>{1, 3}));
 }
 
 std::vector<std::string> AllNames() {
