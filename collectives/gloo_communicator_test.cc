@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "collectives/testing/collective_checks.h"
-#include "collectives/testing/file_kv_store.h"
 #include "collectives/testing/subprocess.h"
+#include "collectives/testing/test_store.h"
 
 namespace elastic::collectives {
 namespace {
@@ -27,15 +27,15 @@ using Clock = std::chrono::steady_clock;
 
 using Args = std::map<std::string, std::string>;
 
-std::unique_ptr<runtime::KeyValueStore> OpenStore(const std::string& spec) {
-  return std::make_unique<testing::FileKeyValueStore>(spec);
+std::unique_ptr<runtime::KeyValueStore> OpenStore(const Args& args) {
+  return testing::OpenStore(args.at("store"), "rank-" + args.at("rank"));
 }
 
 // ---- child roles -----------------------------------------------------------
 
 // Runs every op, dtype and size, including 64 MiB.
 int RunCorrectness(const Args& args) {
-  auto store = OpenStore(args.at("store"));
+  auto store = OpenStore(args);
   GlooCommunicatorFactory factory(*store);
   const Membership m{1, std::stoi(args.at("rank")), std::stoi(args.at("world"))};
   auto comm = factory.Create(m);
@@ -49,7 +49,7 @@ int RunCorrectness(const Args& args) {
 // so the world alternates between {0,1,2} and {0,2}. Descriptor and thread
 // counts must not grow.
 int RunRebuild(const Args& args) {
-  auto store = OpenStore(args.at("store"));
+  auto store = OpenStore(args);
   GlooCommunicatorFactory factory(*store);
   const int id = std::stoi(args.at("id"));
   constexpr int kCycles = 50;
@@ -84,7 +84,7 @@ int RunRebuild(const Args& args) {
 // Allreduces 64 MiB over and over until it fails; reports how long after the
 // kill (the parent writes the kill time to a file) the failure came.
 int RunUntilPeerDies(const Args& args) {
-  auto store = OpenStore(args.at("store"));
+  auto store = OpenStore(args);
   GlooOptions options;
   options.default_timeout = seconds(300);  // far above the bound the test asserts
   GlooCommunicatorFactory factory(*store, options);
@@ -103,11 +103,29 @@ int RunUntilPeerDies(const Args& args) {
   }
 }
 
+// Joins, waits for the go file, then expects its barrier to fail (rank 0 aborted).
+int RunIdlePeer(const Args& args) {
+  auto store = OpenStore(args);
+  GlooOptions options;
+  options.default_timeout = seconds(300);
+  auto comm = GlooCommunicatorFactory(*store, options).Create({1, 1, 2});
+  while (access(args.at("go").c_str(), F_OK) != 0) std::this_thread::sleep_for(milliseconds(10));
+  try {
+    comm->Barrier();
+  } catch (const CollectiveError& e) {
+    std::printf("peer: barrier failed as expected: %s\n", e.what());
+    return 0;
+  }
+  std::fprintf(stderr, "peer: barrier succeeded although rank 0 aborted\n");
+  return 3;
+}
+
 int RunChild(const std::string& role, const Args& args) {
   try {
     if (role == "correctness") return RunCorrectness(args);
     if (role == "rebuild") return RunRebuild(args);
     if (role == "until_peer_dies") return RunUntilPeerDies(args);
+    if (role == "idle_peer") return RunIdlePeer(args);
     std::fprintf(stderr, "unknown child role %s\n", role.c_str());
     return 64;
   } catch (const std::exception& e) {
@@ -139,36 +157,39 @@ void ExpectAllSucceed(std::vector<ChildProcess>& children, milliseconds timeout)
   }
 }
 
+// Every test rendezvouses through a real runtime head hosted by the test process.
 class GlooCommunicatorTest : public ::testing::Test {
  protected:
-  std::string store_dir_ = testing::MakeTempDir("gloo_store_");
+  testing::TestHead head_;
+  std::string store_dir_ = testing::MakeTempDir("gloo_files_");
+  std::unique_ptr<runtime::KeyValueStore> store_ = testing::OpenStore(head_.spec(), "test");
 };
 
 // ---- multi-process tests ----------------------------------------------------
 
 TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithTwoProcesses) {
-  auto children = SpawnRanks("correctness", 2, {{"store", store_dir_}});
+  auto children = SpawnRanks("correctness", 2, {{"store", head_.spec()}});
   ExpectAllSucceed(children, seconds(600));
 }
 
 TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithThreeProcesses) {
-  auto children = SpawnRanks("correctness", 3, {{"store", store_dir_}});
+  auto children = SpawnRanks("correctness", 3, {{"store", head_.spec()}});
   ExpectAllSucceed(children, seconds(600));
 }
 
 TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithFourProcesses) {
-  auto children = SpawnRanks("correctness", 4, {{"store", store_dir_}});
+  auto children = SpawnRanks("correctness", 4, {{"store", head_.spec()}});
   ExpectAllSucceed(children, seconds(600));
 }
 
 TEST_F(GlooCommunicatorTest, FiftyRebuildsOverChangingMembersLeakNothing) {
-  auto children = SpawnRanks("rebuild", 3, {{"store", store_dir_}});
+  auto children = SpawnRanks("rebuild", 3, {{"store", head_.spec()}});
   ExpectAllSucceed(children, seconds(600));
 }
 
 TEST_F(GlooCommunicatorTest, KillNineDuringLargeAllreduceFailsEverySurvivorPromptly) {
   const std::string ready = store_dir_ + "/ready_";
-  auto children = SpawnRanks("until_peer_dies", 3, {{"store", store_dir_}, {"ready", ready}});
+  auto children = SpawnRanks("until_peer_dies", 3, {{"store", head_.spec()}, {"ready", ready}});
   // Wait until every rank completed one 64 MiB allreduce, so the kill lands
   // while they are in the middle of the next ones.
   const auto deadline = Clock::now() + seconds(300);
@@ -209,28 +230,34 @@ Pair MakePair(runtime::KeyValueStore& store, uint64_t generation, GlooOptions op
   return pair;
 }
 
+// This process is rank 0; rank 1 is a child that joins, then stays out of the
+// allreduce until told (by a file) to try a barrier.
 TEST_F(GlooCommunicatorTest, AbortFailsPendingAndFutureOperationsPromptly) {
-  testing::FileKeyValueStore store(store_dir_);
+  const std::string go = store_dir_ + "/go";
+  auto peer = ChildProcess::SpawnSelf(
+      {"--child", "idle_peer", "rank=1", "world=2", "store=" + head_.spec(), "go=" + go});
   GlooOptions options;
   options.default_timeout = seconds(300);
-  Pair pair = MakePair(store, 1, options);
-  // Rank 1 never joins this allreduce, so only Abort can end it early.
+  auto comm = GlooCommunicatorFactory(*store_, options).Create({1, 0, 2});
   std::vector<float> data(1 << 20, 1.0f);
-  auto work = pair.a->AllreduceAsync(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+  auto work = comm->AllreduceAsync(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_FALSE(work->IsCompleted());
   const auto aborted_at = Clock::now();
-  pair.a->Abort();
+  comm->Abort();
   EXPECT_THROW(work->Wait(), CollectiveAborted);
-  const auto latency = Clock::now() - aborted_at;
-  EXPECT_LT(latency, seconds(2)) << "the issue's bound on abort latency";
-  EXPECT_THROW(pair.a->Barrier(), CollectiveAborted);
-  // The peer is not left waiting either: its next operation fails at once.
-  EXPECT_THROW(pair.b->Barrier(seconds(300)), CollectiveError);
+  EXPECT_LT(Clock::now() - aborted_at, seconds(2)) << "the issue's bound on abort latency";
+  EXPECT_THROW(comm->Barrier(), CollectiveAborted);
+  // The peer is not left waiting either: its next operation fails at once
+  // rather than after its 300 s timeout.
+  std::ofstream(go) << "go";
+  auto status = peer.WaitFor(seconds(30));
+  ASSERT_TRUE(status.has_value()) << "the peer of an aborted member is still blocked";
+  EXPECT_TRUE(testing::ExitedCleanly(*status)) << testing::DescribeStatus(*status);
 }
 
 TEST_F(GlooCommunicatorTest, OperationTimesOutWhenAPeerNeverJoins) {
-  testing::FileKeyValueStore store(store_dir_);
+  runtime::KeyValueStore& store = *store_;
   Pair pair = MakePair(store, 2);
   std::vector<double> data(10, 1.0);
   EXPECT_THROW(pair.a->Allreduce(data.data(), data.size(), DataType::kFloat64, ReduceOp::kSum,
@@ -241,7 +268,7 @@ TEST_F(GlooCommunicatorTest, OperationTimesOutWhenAPeerNeverJoins) {
 }
 
 TEST_F(GlooCommunicatorTest, RendezvousTimesOutWithAClearErrorWhenAMemberIsMissing) {
-  testing::FileKeyValueStore store(store_dir_);
+  runtime::KeyValueStore& store = *store_;
   GlooOptions options;
   options.rendezvous_timeout = milliseconds(500);
   GlooCommunicatorFactory factory(store, options);
@@ -254,7 +281,7 @@ TEST_F(GlooCommunicatorTest, RendezvousTimesOutWithAClearErrorWhenAMemberIsMissi
 }
 
 TEST_F(GlooCommunicatorTest, InvalidArgumentsAreRejectedWithoutBreakingTheCommunicator) {
-  testing::FileKeyValueStore store(store_dir_);
+  runtime::KeyValueStore& store = *store_;
   Pair pair = MakePair(store, 4);
   std::vector<float> data(4, 1.0f);
   EXPECT_THROW(pair.a->Broadcast(data.data(), 4, DataType::kFloat32, 2), std::invalid_argument);
@@ -267,8 +294,8 @@ TEST_F(GlooCommunicatorTest, InvalidArgumentsAreRejectedWithoutBreakingTheCommun
   EXPECT_EQ(mine[3], 3.0f);
 }
 
-TEST(GlooStoreTest, KeysAreScopedByGenerationAndTag) {
-  testing::FileKeyValueStore store(testing::MakeTempDir("gloo_store_keys_"));
+TEST_F(GlooCommunicatorTest, KeysAreScopedByGenerationAndTag) {
+  runtime::KeyValueStore& store = *store_;
   GlooOptions options;
   options.rendezvous_timeout = milliseconds(300);
   // A world-of-one communicator needs no peer; its keys land under g5.

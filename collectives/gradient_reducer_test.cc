@@ -10,8 +10,8 @@
 
 #include "collectives/gloo_communicator.h"
 #include "collectives/tensor_ops.h"
-#include "collectives/testing/file_kv_store.h"
 #include "collectives/testing/subprocess.h"
+#include "collectives/testing/test_store.h"
 
 namespace elastic::collectives {
 namespace {
@@ -62,8 +62,8 @@ std::vector<torch::Tensor> ReferenceGradients(int step) {
 int RunRank(const Args& args) {
   torch::set_num_threads(1);
   const int rank = std::stoi(args.at("rank")), world = std::stoi(args.at("world"));
-  testing::FileKeyValueStore store(args.at("store"));
-  GlooCommunicatorFactory factory(store);
+  auto store = testing::OpenStore(args.at("store"), "rank-" + args.at("rank"));
+  GlooCommunicatorFactory factory(*store);
   auto comm = factory.Create({1, rank, world});
 
   // The tensor adapter: a bfloat16 average and an allgather.
@@ -135,7 +135,8 @@ int RunRank(const Args& args) {
 }
 
 void RunWorld(int world) {
-  const std::string store = testing::MakeTempDir("reducer_store_");
+  testing::TestHead head;  // the processes rendezvous through a real runtime head
+  const std::string store = head.spec();
   std::vector<testing::ChildProcess> children;
   for (int rank = 0; rank < world; ++rank) {
     children.push_back(
@@ -155,8 +156,9 @@ TEST(GradientReducerTest, ThreeProcessesMatchOneProcessOnTheTotalBatch) { RunWor
 
 TEST(GradientReducerTest, BucketsFollowReverseParameterOrderAndSizeLimit) {
   torch::set_num_threads(1);
-  testing::FileKeyValueStore store(testing::MakeTempDir("reducer_layout_"));
-  GlooCommunicatorFactory factory(store);
+  testing::TestHead head;
+  auto store = testing::OpenStore(head.spec(), "layout");
+  GlooCommunicatorFactory factory(*store);
   auto comm = factory.Create({1, 0, 1});
   auto net = MakeNet();
   // Parameters: 0 scale (frozen), 1 unused.w (36 B), 2 unused.b (12), 3 fc1.w (512),
