@@ -377,6 +377,8 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
   member.info.pid = request.getPid();
   session.member_id = member.info.id;
   members_[member.info.id] = member;
+  if (member.info.node_id != 0)
+    member_by_pid_[{member.info.node_id, member.info.pid}] = member.info.id;
   if (options_.admit_joins) {
     view_.push_back(member.info.id);
     ++generation_;
@@ -416,11 +418,8 @@ void Head::HandleRegisterActor(Session& session, uint64_t request_id,
 
 void Head::HandleProcessExited(proto::ProcessExited::Reader exited) {
   uint64_t member_id = 0;
-  for (const auto& [id, member] : members_) {
-    if (member.info.node_id == exited.getNodeId() && member.info.pid == exited.getPid()) {
-      member_id = id;
-    }
-  }
+  auto it = member_by_pid_.find({exited.getNodeId(), exited.getPid()});
+  if (it != member_by_pid_.end()) member_id = it->second;
   const std::string detail = DescribeExit(exited);
   ELASTIC_LOG(kInfo, "head", "node " << exited.getNodeId() << ": " << detail);
   Broadcast(Snapshot(MembershipEventKind::kExited, member_id, exited.getNodeId(), detail));

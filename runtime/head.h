@@ -106,6 +106,9 @@ class Head {
   std::unordered_map<Connection*, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, Member> members_;  // live, registered members
   std::map<uint64_t, std::string> nodes_;
+  // (node id, pid) -> member id of every member ever registered, so an exit
+  // reported after the member's connection dropped still names the member.
+  std::map<std::pair<uint64_t, int32_t>, uint64_t> member_by_pid_;
   std::vector<uint64_t> view_;
   uint64_t generation_ = 0;
   uint64_t next_member_id_ = 1;
