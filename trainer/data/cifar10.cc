@@ -87,7 +87,7 @@ std::shared_ptr<Dataset> LoadCifar10(const std::string& data_dir, Split split) {
     throw std::runtime_error(
         "no CIFAR-10 " + std::string(SplitName(split)) + " data in '" + data_dir + "': expected " +
         (train ? "data_batch_1.bin .. data_batch_5.bin (at least one)" : "test_batch.bin") +
-        " in the CIFAR-10 binary format");
+        " in the CIFAR-10 binary format (leave --data-dir empty to download CIFAR-10)");
   }
   const auto n = static_cast<int64_t>(labels.size());
   torch::Tensor images = torch::empty({n, 3, 32, 32}, torch::kUInt8);

@@ -82,6 +82,7 @@ class ProgressBar {
   explicit ProgressBar(std::string label) : label_(std::move(label)) {}
 
   void Update(curl_off_t done, curl_off_t total) {
+    if (done <= 0) return;  // nothing arrived yet (or never will: no bar for a failed connect)
     const auto now = std::chrono::steady_clock::now();
     if (done != total && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
