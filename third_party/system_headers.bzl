@@ -11,7 +11,8 @@ def system_headers(name, path):
         build_file_content = """
 cc_library(
     name = "headers",
-    hdrs = glob(["**/*.h", "**/*.hpp", "**/*.cuh", "**/*.hxx"]),
+    # nv/ holds CUDA's extension-less headers (<nv/target>, included by cuda_fp16.h).
+    hdrs = glob(["**/*.h", "**/*.hpp", "**/*.cuh", "**/*.hxx", "nv/**"]),
     includes = ["."],
     visibility = ["//visibility:public"],
 )
