@@ -132,6 +132,19 @@ std::string ParentDir(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// Temporaries of a process killed mid-download or mid-unpack. Only called
+// under the cache lock, so none of them belongs to a live process.
+void RemoveLeftovers(const std::string& cache_dir) {
+  const std::string part_prefix = std::string(kArchiveName) + ".part.";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(cache_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(part_prefix, 0) == 0 || name.rfind(".unpack.", 0) == 0) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
 }  // namespace
 
 std::string CifarCacheDir() {
@@ -223,6 +236,7 @@ std::string EnsureCifar10(const std::string& cache_dir, const DownloadSource& so
     throw std::runtime_error("cannot create the CIFAR-10 cache " + cache_dir + ": " + ec.message());
   DirLock lock(cache_dir);
   if (HasAllFiles(data_dir)) return data_dir;  // another process got it while we waited
+  RemoveLeftovers(cache_dir);
 
   const std::string archive = cache_dir + "/" + kArchiveName;
   if (!fs::is_regular_file(archive, ec)) {

@@ -107,6 +107,10 @@ TEST(Download, RightMd5IsUnpackedAndReused) {
   ScratchDir src, cache;
   const std::string archive = MakeArchive(src.path(), "cifar-10-batches-bin");
   const DownloadSource source{"file://" + archive, Md5OfFile(archive)};
+  // What a process killed mid-download and mid-unpack leaves behind is cleaned up.
+  WriteFile(cache / "cifar-10-binary.tar.gz.part.99999", {1, 2, 3});
+  fs::create_directories(cache / ".unpack.99999");
+  WriteFile(cache / ".unpack.99999/data_batch_1.bin", {1});
 
   const std::string data_dir = EnsureCifar10(cache.path(), source, /*show_progress=*/true);
   EXPECT_EQ(data_dir, cache / "cifar-10-batches-bin");
@@ -115,6 +119,8 @@ TEST(Download, RightMd5IsUnpackedAndReused) {
                                       "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"}));
   EXPECT_EQ(LoadCifar10(data_dir, Split::kTrain)->size(), 1 + 2 + 3 + 4 + 5);
   EXPECT_EQ(LoadCifar10(data_dir, Split::kTest)->labels()[1].item<int64_t>(), 7);
+  EXPECT_EQ(Listing(cache.path()),
+            (std::vector<std::string>{".lock", "cifar-10-batches-bin", "cifar-10-binary.tar.gz"}));
 
   // Next time nothing is fetched: the source is gone and it still works.
   fs::remove(archive);
