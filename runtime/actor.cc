@@ -92,6 +92,10 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
       loop_(options_.name),
       pool_(options_.threads),
       acceptor_(loop_.context()) {
+  if (options_.token.empty()) {
+    throw std::invalid_argument(
+        "an actor system needs the cluster token (ActorSystemOptions.token)");
+  }
   asio::error_code ec;
   const auto address = asio::ip::make_address(options_.listen_host, ec);
   if (ec) throw std::invalid_argument("'" + options_.listen_host + "' is not an IP address");
