@@ -64,7 +64,9 @@ int RunBandwidthRank(const Args& args) {
   auto store = testing::OpenStore(args.at("store"), "bench-" + std::to_string(rank));
   GlooOptions options;
   options.default_timeout = std::chrono::seconds(600);
-  auto comm = GlooCommunicatorFactory(*store, options).Create({1, rank, world});
+  // Each run uses its own generation: keys of an earlier run must not be read.
+  auto comm = GlooCommunicatorFactory(*store, options)
+                  .Create({std::stoull(args.at("generation")), rank, world});
   std::vector<float> data(max_bytes / 4, 1.0f);
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const size_t count = bytes / 4;
@@ -175,9 +177,13 @@ int Main(int argc, char** argv) {
   std::printf("%5s %10s %12s %10s %10s %12s %10s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
               "busbw_GB/s", "memcpy_GB/s", "busbw/memcpy");
   std::fflush(stdout);
+  uint64_t generation = 1;
   for (int world : ParseList(flags["ranks"])) {
     if (!RunWorld("bandwidth", world,
-                  {{"store", head.spec()}, {"max_mb", flags["max_mb"]}, {"results", results}})) {
+                  {{"store", head.spec()},
+                   {"max_mb", flags["max_mb"]},
+                   {"results", results},
+                   {"generation", std::to_string(generation++)}})) {
       return 1;
     }
   }
@@ -186,7 +192,7 @@ int Main(int argc, char** argv) {
       "slowest member per cycle, ms\n");
   std::printf("%5s %8s %12s %12s %12s\n", "ranks", "cycles", "median_ms", "min_ms", "max_ms");
   std::fflush(stdout);
-  uint64_t generation = 100;
+  generation = 100;
   for (int world : ParseList(flags["rebuild_ranks"])) {
     if (!RunWorld("rebuild", world,
                   {{"store", head.spec()},
