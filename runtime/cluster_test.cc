@@ -280,7 +280,9 @@ TEST_F(ClusterTest, SilentMemberIsFailedAfterHeartbeatTimeout) {
   ASSERT_EQ(frozen.Ask("echo", "warm", kPatience).get(), "warm");
 
   // SIGSTOP keeps its sockets open: only the missing heartbeats tell.
-  ASSERT_EQ(kill(PidOf(victim), SIGSTOP), 0);
+  const pid_t victim_pid = PidOf(victim);
+  ASSERT_EQ(kill(victim_pid, SIGSTOP), 0);
+  ASSERT_TRUE(WaitUntil([&] { return testing::ProcessStopped(victim_pid); }, kPatience));
   auto pending = frozen.Ask("echo", "anyone?", seconds(600));
 
   EXPECT_TRUE(WaitUntil([&] { return log_.Has(MembershipEventKind::kFailed, victim); }, kPatience));

@@ -141,15 +141,27 @@ int Subprocess::WaitExitCode(std::chrono::milliseconds timeout) {
   return WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
-bool ProcessAlive(pid_t pid) {
+namespace {
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T', 'Z'...), or 0.
+char ProcessState(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
+  if (!stat) return 0;
   std::string content;
   std::getline(stat, content);
   const auto paren = content.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= content.size()) return false;
-  return content[paren + 2] != 'Z' && content[paren + 2] != 'X';
+  if (paren == std::string::npos || paren + 2 >= content.size()) return 0;
+  return content[paren + 2];
 }
+
+}  // namespace
+
+bool ProcessAlive(pid_t pid) {
+  const char state = ProcessState(pid);
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+bool ProcessStopped(pid_t pid) { return ProcessState(pid) == 'T'; }
 
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

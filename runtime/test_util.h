@@ -55,6 +55,8 @@ class Subprocess {
 
 // True when process pid exists (and is not a zombie).
 bool ProcessAlive(pid_t pid);
+// True when process pid is stopped (SIGSTOP has taken effect).
+bool ProcessStopped(pid_t pid);
 
 // Polls predicate every few ms until it holds or timeout passes.
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
