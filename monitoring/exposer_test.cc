@@ -174,6 +174,15 @@ TEST(MetricsExposerTest, ImpossibleOptionsNameTheFlag) {
       EXPECT_NE(std::string(e.what()).find("--metrics-port"), std::string::npos) << e.what();
     }
   }
+  MetricsOptions not_local;
+  not_local.address = "192.0.2.1";  // TEST-NET-1: valid, but no interface has it
+  not_local.port = 0;
+  try {
+    MetricsExposer exposer(not_local);
+    ADD_FAILURE() << "bound an address this machine does not have";
+  } catch (const MetricsError& e) {
+    EXPECT_NE(std::string(e.what()).find("192.0.2.1:0"), std::string::npos) << e.what();
+  }
   MetricsOptions any_interface;
   any_interface.address = "0.0.0.0";
   EXPECT_NO_THROW(ValidateMetricsOptions(any_interface));

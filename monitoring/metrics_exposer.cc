@@ -16,9 +16,9 @@ MetricsExposer::MetricsExposer(const MetricsOptions& options) : address_(options
   ValidateMetricsOptions(options);
   const std::string endpoint = options.address + ":" + std::to_string(options.port);
   try {
-    // One serving thread is plenty: a scrape every few seconds, and the
-    // trainer's cores are for training.
-    exposer_ = std::make_unique<prometheus::Exposer>(endpoint, /*num_threads=*/1);
+    // Two serving threads: a scrape every few seconds needs one, the second
+    // keeps the endpoint answering while a slow client holds the first.
+    exposer_ = std::make_unique<prometheus::Exposer>(endpoint, /*num_threads=*/2);
   } catch (const std::exception& e) {
     // civetweb's own message ("null context ... binding to port") does not say
     // which address it was given.
