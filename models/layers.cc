@@ -23,8 +23,8 @@ nn::Sequential ConvBnRelu3x3(int64_t in, int64_t out) {
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride)
     : conv1_(register_module("conv1", Conv(in_planes, planes, 3, stride, 1))),
-      conv2_(register_module("conv2", Conv(planes, planes, 3, 1, 1))),
       bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
+      conv2_(register_module("conv2", Conv(planes, planes, 3, 1, 1))),
       bn2_(register_module("bn2", nn::BatchNorm2d(planes))) {
   if (stride != 1 || in_planes != kExpansion * planes) {
     shortcut_ = register_module("shortcut", ConvBn1x1(in_planes, kExpansion * planes, stride));
@@ -40,10 +40,10 @@ torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride)
     : conv1_(register_module("conv1", Conv(in_planes, planes, 1))),
-      conv2_(register_module("conv2", Conv(planes, planes, 3, stride, 1))),
-      conv3_(register_module("conv3", Conv(planes, kExpansion * planes, 1))),
       bn1_(register_module("bn1", nn::BatchNorm2d(planes))),
+      conv2_(register_module("conv2", Conv(planes, planes, 3, stride, 1))),
       bn2_(register_module("bn2", nn::BatchNorm2d(planes))),
+      conv3_(register_module("conv3", Conv(planes, kExpansion * planes, 1))),
       bn3_(register_module("bn3", nn::BatchNorm2d(kExpansion * planes))) {
   if (stride != 1 || in_planes != kExpansion * planes) {
     shortcut_ = register_module("shortcut", ConvBn1x1(in_planes, kExpansion * planes, stride));

@@ -34,8 +34,12 @@ class BasicBlockImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  // Declared, hence registered, in pytorch-cifar's order: the parameter order
+  // (state dict, gradient buckets) matches the original's.
+  torch::nn::Conv2d conv1_;
+  torch::nn::BatchNorm2d bn1_;
+  torch::nn::Conv2d conv2_;
+  torch::nn::BatchNorm2d bn2_;
   torch::nn::Sequential shortcut_{nullptr};  // null: identity
 };
 TORCH_MODULE(BasicBlock);
@@ -48,8 +52,12 @@ class BottleneckImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  torch::nn::Conv2d conv1_;  // members in pytorch-cifar's order, as above
+  torch::nn::BatchNorm2d bn1_;
+  torch::nn::Conv2d conv2_;
+  torch::nn::BatchNorm2d bn2_;
+  torch::nn::Conv2d conv3_;
+  torch::nn::BatchNorm2d bn3_;
   torch::nn::Sequential shortcut_{nullptr};  // null: identity
 };
 TORCH_MODULE(Bottleneck);

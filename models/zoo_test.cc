@@ -3,8 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/registry.h"
 
@@ -64,6 +66,37 @@ TEST_P(ZooTest, ForwardHonoursTheClassCount) {
   auto net = CreateModel(GetParam(), 3);
   net->eval();
   EXPECT_EQ(net->forward(torch::randn({1, 3, 32, 32})).sizes(), (std::vector<int64_t>{1, 3}));
+}
+
+// "name [d0,d1,...]" per parameter, then per buffer: the state dict's layout.
+std::vector<std::string> Layout(const torch::nn::Module& net) {
+  auto line = [](const std::string& name, const torch::Tensor& t) {
+    std::string shape;
+    for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    return name + " [" + shape + "]";
+  };
+  std::vector<std::string> lines;
+  for (const auto& p : net.named_parameters()) lines.push_back(line(p.key(), p.value()));
+  for (const auto& b : net.named_buffers()) lines.push_back(line(b.key(), b.value()));
+  return lines;
+}
+
+// The same names, shapes and order as the PyTorch original's state dict, so
+// the layers are the same ones (not merely as many weights) and a state dict
+// maps one to one. testdata/pytorch_layouts/<model>.txt was written by Debian's
+// python3-torch 1.13.1 from the same pytorch-cifar definitions as the counts
+// above: one "name [shape]" line per named_parameters(), then named_buffers().
+TEST_P(ZooTest, StateDictLayoutEqualsThePyTorchOriginal) {
+  const std::string path = "models/testdata/pytorch_layouts/" + GetParam() + ".txt";
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << "cannot open " << path;
+  std::vector<std::string> expected;
+  for (std::string line; std::getline(file, line);) expected.push_back(line);
+  const std::vector<std::string> actual = Layout(*CreateModel(GetParam(), 10));
+  for (size_t i = 0; i < std::min(expected.size(), actual.size()); ++i) {
+    ASSERT_EQ(actual[i], expected[i]) << "first difference at entry " << i;
+  }
+  EXPECT_EQ(actual.size(), expected.size());
 }
 
 std::vector<std::string> AllNames() {
