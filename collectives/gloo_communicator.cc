@@ -70,7 +70,7 @@ class GlooCommunicator : public Communicator {
     // If an operation is still running (its peers never came), wake it so the
     // queue's thread can be joined now rather than at the operation's timeout.
     queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("communicator destroyed"))));
-    if (running_.load()) tripwire_.Trip();
+    if (queue_->busy()) tripwire_.Trip();
     queue_.reset();
     context_.reset();
     device_.reset();
@@ -180,12 +180,9 @@ class GlooCommunicator : public Communicator {
       // Tags are drawn on the queue's thread, in execution order, which is the
       // same on every member.
       const uint32_t tag = next_tag_++;
-      running_ = true;
       try {
         run(tag);
-        running_ = false;
       } catch (const std::exception& e) {
-        running_ = false;
         const std::string message = e.what();
         if (queue_->failure()) std::rethrow_exception(queue_->failure());  // aborted
         if (message.find("Timed out") != std::string::npos) {
@@ -200,7 +197,6 @@ class GlooCommunicator : public Communicator {
   SocketTripwire tripwire_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::atomic<bool> running_{false};
   uint32_t next_tag_ = 0;  // only touched on the queue's thread
   std::unique_ptr<OpQueue> queue_;
 };

@@ -256,6 +256,28 @@ TEST_F(GlooCommunicatorTest, AbortFailsPendingAndFutureOperationsPromptly) {
   EXPECT_TRUE(testing::ExitedCleanly(*status)) << testing::DescribeStatus(*status);
 }
 
+// Destroying a communicator whose operation waits for a peer that never comes
+// must not wait for that operation's (300 s) timeout.
+TEST_F(GlooCommunicatorTest, DestroyingWithAPendingOperationIsPrompt) {
+  const std::string go = store_dir_ + "/go";
+  auto peer = ChildProcess::SpawnSelf(
+      {"--child", "idle_peer", "rank=1", "world=2", "store=" + head_.spec(), "go=" + go});
+  GlooOptions options;
+  options.default_timeout = seconds(300);
+  auto comm = GlooCommunicatorFactory(*store_, options).Create({1, 0, 2});
+  std::vector<float> data(1000, 1.0f);
+  auto work = comm->AllreduceAsync(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto start = Clock::now();
+  comm.reset();
+  EXPECT_LT(Clock::now() - start, seconds(10));
+  EXPECT_THROW(work->Wait(), CollectiveAborted);
+  std::ofstream(go) << "go";
+  auto status = peer.WaitFor(seconds(30));
+  ASSERT_TRUE(status.has_value()) << "the peer of a destroyed member is still blocked";
+  EXPECT_TRUE(testing::ExitedCleanly(*status)) << testing::DescribeStatus(*status);
+}
+
 TEST_F(GlooCommunicatorTest, OperationTimesOutWhenAPeerNeverJoins) {
   runtime::KeyValueStore& store = *store_;
   Pair pair = MakePair(store, 2);

@@ -93,6 +93,7 @@ void GradientReducer::ResetStepLocked() {
 }
 
 void GradientReducer::OnGradient(size_t s, const at::Tensor& grad) {
+  if (!grad.defined()) return;  // no gradient after all: Finish() contributes zeros
   std::lock_guard<std::mutex> lock(mutex_);
   const Slot& slot = slots_[s];
   Bucket& bucket = buckets_[slot.bucket];

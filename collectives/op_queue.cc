@@ -63,6 +63,11 @@ void OpQueue::Fail(std::exception_ptr error) {
   for (auto& entry : dropped) entry.work->Complete(error);
 }
 
+bool OpQueue::busy() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_;
+}
+
 std::exception_ptr OpQueue::failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
@@ -77,6 +82,7 @@ void OpQueue::Loop() {
       if (queue_.empty()) return;  // stopping and nothing left
       entry = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     std::exception_ptr error;
     try {
@@ -87,6 +93,10 @@ void OpQueue::Loop() {
       error = std::make_exception_ptr(CollectiveError(entry.description + ": " + e.what()));
     } catch (...) {
       error = std::make_exception_ptr(CollectiveError(entry.description + ": unknown error"));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
     }
     if (error) {
       // Break the queue first so that nothing queued behind runs on a torn-down transport.

@@ -59,6 +59,10 @@ class OpQueue {
   // The error that broke the queue, or null.
   std::exception_ptr failure();
 
+  // True while an operation is running (taken off the queue, not yet completed).
+  // After Fail() returns, no operation starts any more, so a false here is final.
+  bool busy();
+
  private:
   struct Entry {
     std::string description;
@@ -74,6 +78,7 @@ class OpQueue {
   std::deque<Entry> queue_;
   std::exception_ptr failure_;
   bool stopping_ = false;
+  bool busy_ = false;
   std::thread thread_;
 };
 
