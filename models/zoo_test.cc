@@ -14,10 +14,12 @@ namespace elastic::models {
 namespace {
 
 // Trainable parameter counts for 10 classes of the PyTorch originals. Each
-// number was printed by Debian's python3-torch 1.13.1 (`/usr/bin/python3`) as
-// sum(p.numel() for p in net.parameters() if p.requires_grad) for the network
-// built by the named function of github.com/kuangliu/pytorch-cifar (master),
-// file models/<file>:
+// number was printed by Debian's python3-torch 1.13.1 (`/usr/bin/python3`,
+// torch.__version__ "1.13.0a0") as
+//   sum(p.numel() for p in net.parameters() if p.requires_grad)
+// for the network built by the named function of
+// github.com/kuangliu/pytorch-cifar, file models/<file> at the file version
+// (commit) given in docs/models.md. The Python code is not in this repository.
 const std::map<std::string, int64_t>& ExpectedParameterCounts() {
   static const std::map<std::string, int64_t> counts = {
       // Not in pytorch-cifar: the same computation over an equivalent PyTorch
