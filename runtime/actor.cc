@@ -282,9 +282,13 @@ std::shared_ptr<ActorSystem::Peer> ActorSystem::PeerFor(const Endpoint& endpoint
       peer = std::make_shared<Peer>();
       peer->endpoint = endpoint;
       ConnectionCallbacks callbacks;
-      callbacks.on_message = [this, peer](const ConnectionPtr&, proto::Envelope::Reader envelope,
-                                          const std::shared_ptr<IncomingFrame>&) {
-        if (envelope.which() != proto::Envelope::ACTOR_REPLY) return;
+      // Weak: the peer owns the connection, which owns these callbacks.
+      std::weak_ptr<Peer> weak_peer = peer;
+      callbacks.on_message = [this, weak_peer](const ConnectionPtr&,
+                                               proto::Envelope::Reader envelope,
+                                               const std::shared_ptr<IncomingFrame>&) {
+        auto peer = weak_peer.lock();
+        if (peer == nullptr || envelope.which() != proto::Envelope::ACTOR_REPLY) return;
         std::shared_ptr<AskState> ask;
         {
           std::lock_guard<std::mutex> peer_lock(peer->mutex);
@@ -300,7 +304,10 @@ std::shared_ptr<ActorSystem::Peer> ActorSystem::PeerFor(const Endpoint& endpoint
           ask->Fail(loop_, ask, AskError(reply.getError().cStr()));
         }
       };
-      callbacks.on_closed = [this, peer, key](const ConnectionPtr&, const std::string& reason) {
+      callbacks.on_closed = [this, weak_peer, key](const ConnectionPtr&,
+                                                   const std::string& reason) {
+        auto peer = weak_peer.lock();
+        if (peer == nullptr) return;
         std::map<uint64_t, std::shared_ptr<AskState>> pending;
         {
           std::lock_guard<std::mutex> peer_lock(peer->mutex);
@@ -435,6 +442,12 @@ std::future<std::string> ActorSystem::Ask(const ActorRef& ref, const std::string
     ask->Fail(loop_, ask, AskError(what + ": connection to " + ref.remote_->ToString() + " lost"));
   }
   return future;
+}
+
+MembershipUpdate ForwardMembershipTo(HeadClient& client, ActorRef actor) {
+  return client.Subscribe([actor](const MembershipUpdate& update) {
+    actor.Tell(kMembershipMethod, EncodeMembershipUpdate(update));
+  });
 }
 
 }  // namespace elastic::runtime

@@ -146,4 +146,12 @@ class ActorSystem {
   bool stopping_ = false;
 };
 
+// Subscribes client to membership changes and tells each update to actor as
+// a message with method "membership" and EncodeMembershipUpdate bytes, so the
+// actor handles membership changes in turn with its other messages. Returns
+// the snapshot at subscription time. Replaces any earlier subscription
+// callback of client.
+MembershipUpdate ForwardMembershipTo(HeadClient& client, ActorRef actor);
+constexpr const char* kMembershipMethod = "membership";
+
 }  // namespace elastic::runtime

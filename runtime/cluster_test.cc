@@ -228,6 +228,42 @@ TEST_F(ClusterTest, MembersJoinAndActorsTalkAcrossProcesses) {
   EXPECT_TRUE(head_->Membership().view.members.empty());
 }
 
+// Collects the membership updates forwarded to it.
+class MembershipWatcher : public Actor {
+ public:
+  std::string Receive(const std::string& method, const std::string& payload) override {
+    if (method == kMembershipMethod) {
+      const MembershipUpdate update = DecodeMembershipUpdate(payload);
+      generations_ += std::to_string(update.view.generation) + ":" +
+                      std::to_string(update.view.members.size()) + ",";
+      return "";
+    }
+    return generations_;  // "seen"
+  }
+
+ private:
+  std::string generations_;
+};
+
+TEST_F(ClusterTest, ActorIsToldOfMembershipChanges) {
+  ActorRef watcher = actors_->Spawn("watcher", std::make_shared<MembershipWatcher>());
+  HeadClientOptions options;
+  options.port = head_->port();
+  options.token = head_->token();
+  HeadClient client(options);
+  ForwardMembershipTo(client, watcher);
+  StartMembers(2);
+  // Two joins: generation 1 with one member, generation 2 with two.
+  std::string seen;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        seen = watcher.Ask("seen", "", kPatience).get();
+        return seen == "1:1,2:2,";
+      },
+      kPatience))
+      << seen;
+}
+
 TEST_F(ClusterTest, LocalActorsAnswerAndTimeOut) {
   actors_->Spawn("local-echo", std::make_shared<EchoActor>(actors_.get()));
   ActorRef echo = actors_->Lookup("local-echo", kPatience);

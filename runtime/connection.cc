@@ -295,6 +295,8 @@ void Connection::BecomeOpen() {
   if (role_ == Role::kConnector && !dial_settled_) {
     dial_settled_ = true;
     dial_promise_.set_value(self);
+    // The shared state now holds a pointer to us; only the future may keep it.
+    dial_promise_ = std::promise<ConnectionPtr>();
   }
 }
 
@@ -452,6 +454,7 @@ void Connection::CloseOnLoop(const std::string& reason) {
   if (role_ == Role::kConnector && !dial_settled_) {
     dial_settled_ = true;
     dial_promise_.set_exception(std::make_exception_ptr(std::runtime_error(reason)));
+    dial_promise_ = std::promise<ConnectionPtr>();
   }
   auto on_closed = callbacks_.on_closed;
   if (on_closed) on_closed(self, reason);

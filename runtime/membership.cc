@@ -1,5 +1,12 @@
 #include "runtime/membership.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
+#include <stdexcept>
+
 namespace elastic::runtime {
 namespace {
 
@@ -132,6 +139,30 @@ void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder bu
   auto pending = builder.initPending(static_cast<unsigned>(update.pending.size()));
   for (size_t i = 0; i < update.pending.size(); ++i) {
     ToProto(update.pending[i], pending[static_cast<unsigned>(i)]);
+  }
+}
+
+std::string EncodeMembershipUpdate(const MembershipUpdate& update) {
+  capnp::MallocMessageBuilder message;
+  ToProto(update, message.initRoot<proto::MembershipUpdate>());
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+MembershipUpdate DecodeMembershipUpdate(const std::string& bytes) {
+  if (bytes.size() % sizeof(capnp::word) != 0 || bytes.empty()) {
+    throw std::runtime_error("not an encoded membership update (size " +
+                             std::to_string(bytes.size()) + ")");
+  }
+  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  try {
+    capnp::FlatArrayMessageReader reader(words);
+    return FromProto(reader.getRoot<proto::MembershipUpdate>());
+  } catch (const kj::Exception& e) {
+    throw std::runtime_error("not an encoded membership update: " +
+                             std::string(e.getDescription().cStr()));
   }
 }
 

@@ -57,6 +57,11 @@ struct MembershipUpdate {
   std::vector<MemberInfo> pending;  // live members not (yet) in the view
 };
 
+// An update as bytes (a Cap'n Proto frame), e.g. as the payload of an actor
+// message, and back. Decode throws std::runtime_error on bytes that are not one.
+std::string EncodeMembershipUpdate(const MembershipUpdate& update);
+MembershipUpdate DecodeMembershipUpdate(const std::string& bytes);
+
 // Conversions to and from the wire.
 Endpoint FromProto(proto::Endpoint::Reader endpoint);
 void ToProto(const Endpoint& endpoint, proto::Endpoint::Builder builder);

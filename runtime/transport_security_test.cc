@@ -125,6 +125,7 @@ class TransportSecurityTest : public ::testing::Test {
     options.port = head_->port();
     options.token = head_->token();
     options.name = "good";
+    options.transport.heartbeat_timeout = heartbeat_timeout_;
     return options;
   }
 
@@ -139,6 +140,7 @@ class TransportSecurityTest : public ::testing::Test {
 
   std::unique_ptr<Head> head_;
   std::unique_ptr<HeadClient> good_;
+  std::chrono::milliseconds heartbeat_timeout_ = TransportOptions{}.heartbeat_timeout;
 };
 
 TEST_F(TransportSecurityTest, GarbageBeforeAuthenticationClosesThatConnection) {
@@ -246,6 +248,11 @@ TEST_F(TransportSecurityTest, WrongTokenGetsOnlyARefusal) {
 TEST_F(TransportSecurityTest, PeerThatNeverReadsIsCutOffAtTheSendQueueBound) {
   HeadOptions options;
   options.transport.max_send_queue_bytes = 1 << 20;
+  // Answering hundreds of 256 KiB reads keeps the head's loop busy; this test
+  // is about the queue bound, not heartbeats, so a slow machine must not
+  // fail the well-behaved client by heartbeat timeout.
+  options.transport.heartbeat_timeout = std::chrono::seconds(30);
+  heartbeat_timeout_ = options.transport.heartbeat_timeout;
   StartHead(options);
   good_->Put("big", std::string(256 * 1024, 'b'));
   RawPeer raw(head_->port());
