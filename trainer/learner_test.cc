@@ -1,0 +1,337 @@
+// The training step and its parts: optimizers, Lookahead, loss scaling,
+// autocast, clipping, the gradient hook, and state capture / restore.
+#include "trainer/learner.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/registry.h"
+#include "trainer/amp.h"
+#include "trainer/bytes.h"
+#include "trainer/optimizer.h"
+
+namespace elastic::trainer {
+namespace {
+
+// loss = sum(w * c): the gradient of w is c, whatever w is.
+void LinearGradient(const torch::Tensor& w, const torch::Tensor& c) {
+  if (w.grad().defined()) w.mutable_grad().zero_();
+  (w * c).sum().backward();
+}
+
+TEST(OptimizerTest, SgdNesterovWithWeightDecayMatchesTheFormula) {
+  torch::Tensor w =
+      torch::tensor({1.0, -2.0}, torch::TensorOptions(torch::kDouble).requires_grad(true));
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 0.01;
+  auto sgd = MakeOptimizer({w}, o);
+  const torch::Tensor c = torch::tensor({0.5, 0.25}, torch::kDouble);
+  torch::Tensor expected = w.detach().clone();
+  torch::Tensor buf;
+  for (int step = 0; step < 3; ++step) {
+    LinearGradient(w, c);
+    sgd->Step();
+    // torch.optim.SGD: g = grad + wd*w; buf = m*buf + g (buf = g first); g = g + m*buf.
+    const torch::Tensor g = c + o.weight_decay * expected;
+    buf = step == 0 ? g.clone() : o.momentum * buf + g;
+    expected = expected - o.lr * (g + o.momentum * buf);
+  }
+  EXPECT_TRUE(torch::allclose(w.detach(), expected, 1e-12, 1e-12)) << w << expected;
+}
+
+TEST(OptimizerTest, LookaheadPullsSlowWeightsEveryKSteps) {
+  torch::Tensor w = torch::zeros({3}, torch::TensorOptions(torch::kDouble).requires_grad(true));
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.momentum = 0;
+  o.lookahead = true;
+  o.lookahead_k = 2;
+  o.lookahead_alpha = 0.5;
+  auto opt = MakeOptimizer({w}, o);
+  const torch::Tensor c = torch::ones({3}, torch::kDouble);
+  // Fast weights move by -0.1 per step; every 2nd step they are replaced by
+  // slow + 0.5 * (fast - slow).
+  const std::vector<double> expected = {-0.1, -0.1, -0.2, -0.2, -0.3};
+  for (double value : expected) {
+    LinearGradient(w, c);
+    opt->Step();
+    EXPECT_NEAR(w[0].item<double>(), value, 1e-12);
+  }
+}
+
+TEST(OptimizerTest, LookaheadStateRoundTripsMidCycle) {
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.lookahead = true;
+  o.lookahead_k = 3;
+  const torch::Tensor c = torch::tensor({1.0, 2.0}, torch::kDouble);
+  torch::Tensor a = torch::zeros({2}, torch::TensorOptions(torch::kDouble).requires_grad(true));
+  auto opt_a = MakeOptimizer({a}, o);
+  for (int i = 0; i < 4; ++i) {
+    LinearGradient(a, c);
+    opt_a->Step();
+  }
+  torch::serialize::OutputArchive out;
+  opt_a->Save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+
+  torch::Tensor b = a.detach().clone().requires_grad_(true);
+  auto opt_b = MakeOptimizer({b}, o);
+  torch::serialize::InputArchive in;
+  const std::string s = bytes.str();
+  in.load_from(s.data(), s.size());
+  opt_b->Load(in);
+  for (int i = 0; i < 5; ++i) {
+    LinearGradient(a, c);
+    opt_a->Step();
+    LinearGradient(b, c);
+    opt_b->Step();
+  }
+  EXPECT_TRUE(torch::equal(a.detach(), b.detach())) << a << b;
+
+  // State without Lookahead does not load into Lookahead, and vice versa.
+  OptimizerOptions plain = o;
+  plain.lookahead = false;
+  auto opt_c = MakeOptimizer({b}, plain);
+  torch::serialize::InputArchive again;
+  again.load_from(s.data(), s.size());
+  EXPECT_THROW(opt_c->Load(again), std::runtime_error);
+}
+
+TEST(LossScalerTest, BacksOffOnOverflowAndGrowsAfterCleanSteps) {
+  DynamicLossScaler scaler(/*initial_scale=*/1024, /*growth_factor=*/2, /*backoff_factor=*/0.5,
+                           /*growth_interval=*/3);
+  torch::Tensor w = torch::ones({2}, torch::requires_grad());
+  scaler.Scale((w * torch::tensor({1.0f, 2.0f})).sum()).backward();
+  ASSERT_TRUE(scaler.Unscale({w}));
+  EXPECT_TRUE(torch::allclose(w.grad(), torch::tensor({1.0f, 2.0f})));
+
+  w.mutable_grad().fill_(std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(scaler.Unscale({w}));
+  scaler.Update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 512);
+  for (int i = 0; i < 3; ++i) scaler.Update(false);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 1024);
+  w.mutable_grad().fill_(std::nanf(""));
+  EXPECT_FALSE(scaler.Unscale({w}));
+}
+
+TEST(AutocastTest, CpuAutocastRunsMatmulInBfloat16OnlyInsideTheScope) {
+  ASSERT_NO_THROW(CheckAutocastSupported(torch::kCPU));
+  const torch::Tensor a = torch::ones({4, 4});
+  {
+    AutocastScope scope(torch::kCPU, true);
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
+  {
+    AutocastScope off(torch::kCPU, false);
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
+  }
+}
+
+TEST(LossTest, LabelSmoothingMatchesItsDefinition) {
+  const torch::Tensor logits = torch::tensor({{2.0f, 0.5f, -1.0f}, {0.1f, 0.2f, 0.3f}});
+  const torch::Tensor labels = torch::tensor({0, 2}, torch::kLong);
+  const double eps = 0.1;
+  // (1 - eps) * NLL + eps * mean over classes of -log p.
+  const torch::Tensor logp = torch::log_softmax(logits, 1);
+  const torch::Tensor nll = -logp.gather(1, labels.unsqueeze(1)).squeeze(1);
+  const torch::Tensor expected = ((1 - eps) * nll - eps * logp.mean(1)).mean();
+  EXPECT_NEAR(CrossEntropy(logits, labels, eps).item<double>(), expected.item<double>(), 1e-6);
+  EXPECT_NEAR(CrossEntropy(logits, labels, 0).item<double>(), nll.mean().item<double>(), 1e-6);
+}
+
+LearnerOptions SmallOptions() {
+  LearnerOptions o;
+  o.model_name = "resnet8";
+  o.num_classes = 10;
+  o.optimizer.lr = 0.05;
+  o.optimizer.momentum = 0.9;
+  o.optimizer.nesterov = true;
+  o.optimizer.weight_decay = 5e-4;
+  o.schedule.kind = ScheduleKind::kCosine;
+  o.schedule.base_lr = 0.05;
+  o.schedule.total_epochs = 4;
+  o.schedule.warmup_epochs = 0.5;
+  o.label_smoothing = 0.1;
+  o.clip_grad = 5;
+  o.seed = 7;
+  return o;
+}
+
+std::unique_ptr<Learner> MakeLearner(uint64_t seed, LearnerOptions options = SmallOptions(),
+                                     const std::string& model = "resnet8") {
+  SeedTorch(seed);
+  return std::make_unique<Learner>(models::CreateModel(model, 10), options, torch::kCPU);
+}
+
+struct FixedBatches {
+  FixedBatches() {
+    torch::manual_seed(123);
+    for (int i = 0; i < 6; ++i) {
+      images.push_back(torch::randn({8, 3, 32, 32}));
+      labels.push_back(torch::randint(0, 10, {8}, torch::kLong));
+    }
+  }
+  std::vector<torch::Tensor> images, labels;
+};
+
+void ExpectSameWeights(Learner& a, Learner& b) {
+  auto pa = a.model().named_parameters();
+  auto pb = b.model().named_parameters();
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  auto ba = a.model().named_buffers();
+  auto bb = b.model().named_buffers();
+  for (const auto& item : ba) EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
+}
+
+TEST(LearnerTest, RepeatedStepsOnOneBatchLowerItsLoss) {
+  FixedBatches data;
+  auto learner = MakeLearner(1);
+  const double first = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  double last = first;
+  for (int i = 0; i < 15; ++i) last = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  EXPECT_LT(last, first * 0.5);
+}
+
+TEST(LearnerTest, AmpOnCpuTrainsInBfloat16) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.amp = true;
+  auto learner = MakeLearner(1, o);
+  const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
+  double last = first.loss_sum;
+  for (int i = 0; i < 15; ++i) last = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  EXPECT_FALSE(first.skipped);
+  EXPECT_LT(last, first.loss_sum * 0.6);
+  for (const auto& p : learner->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+}
+
+// Records the gradient norm the hook sees (where the distributed trainer
+// averages gradients across workers).
+class RecordingHook : public GradientHook {
+ public:
+  void AfterBackward(const std::vector<torch::Tensor>& params) override {
+    ++calls;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad().flatten());
+    norm = torch::cat(grads).norm().item<double>();
+  }
+  int calls = 0;
+  double norm = 0;
+};
+
+TEST(LearnerTest, HookSeesGradientsAndClippingBoundsTheUpdate) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.optimizer.momentum = 0;
+  o.optimizer.nesterov = false;
+  o.optimizer.weight_decay = 0;
+  o.schedule.kind = ScheduleKind::kConstant;
+  o.schedule.warmup_epochs = 0;
+  o.schedule.base_lr = 1.0;
+  o.clip_grad = 1e-3;
+  auto learner = MakeLearner(1, o);
+  std::vector<torch::Tensor> before;
+  for (const auto& p : learner->parameters()) before.push_back(p.detach().clone());
+  RecordingHook hook;
+  const StepStats stats = learner->Step(data.images[0], data.labels[0], 0.5, &hook);
+  EXPECT_EQ(hook.calls, 1);
+  EXPECT_GT(hook.norm, 1e-2);  // unclipped gradients are far larger than the clip
+  EXPECT_DOUBLE_EQ(stats.lr, 1.0);
+  std::vector<torch::Tensor> moved;
+  for (size_t i = 0; i < before.size(); ++i)
+    moved.push_back((learner->parameters()[i].detach() - before[i]).flatten());
+  // lr 1, plain SGD: the update is the clipped gradient, of norm clip_grad.
+  EXPECT_NEAR(torch::cat(moved).norm().item<double>(), 1e-3, 1e-5);
+}
+
+TEST(LearnerTest, WarmupSetsTheStepLearningRate) {
+  FixedBatches data;
+  auto learner = MakeLearner(1);
+  EXPECT_NEAR(learner->Step(data.images[0], data.labels[0], 0.25).lr, 0.025, 1e-12);
+  EXPECT_NEAR(learner->Step(data.images[0], data.labels[0], 0.5).lr, 0.05, 1e-12);
+}
+
+TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.optimizer.lookahead = true;
+  o.optimizer.lookahead_k = 2;
+  auto a = MakeLearner(1, o);
+  for (int i = 0; i < 3; ++i) a->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+  a->progress() = {1, 24, 3};
+  const std::string state = a->CaptureState();
+  // The RNG state is part of it: draws after the restore repeat.
+  const torch::Tensor draw_a = torch::rand({4});
+
+  auto b = MakeLearner(99, o);  // other initial weights, all overwritten
+  b->RestoreState(state);
+  const torch::Tensor draw_b = torch::rand({4});
+  EXPECT_TRUE(torch::equal(draw_a, draw_b));
+  EXPECT_EQ(b->progress().epoch, 1);
+  EXPECT_EQ(b->progress().position, 24);
+  EXPECT_EQ(b->progress().step, 3);
+  EXPECT_EQ(b->seed(), 7u);
+  ExpectSameWeights(*a, *b);
+  for (int i = 3; i < 6; ++i) {
+    a->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+    b->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+  }
+  ExpectSameWeights(*a, *b);
+  EXPECT_EQ(a->CaptureState().size(), b->CaptureState().size());
+}
+
+std::string RestoreError(Learner& learner, const std::string& state) {
+  try {
+    learner.RestoreState(state);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LearnerTest, RestoreRejectsStateThatDoesNotFit) {
+  auto source = MakeLearner(1);
+  const std::string state = source->CaptureState();
+
+  LearnerOptions adam = SmallOptions();
+  adam.optimizer.kind = "adam";
+  adam.optimizer.nesterov = false;
+  auto other_optimizer = MakeLearner(1, adam);
+  EXPECT_NE(RestoreError(*other_optimizer, state).find("optimizer state is for 'sgd'"),
+            std::string::npos);
+
+  LearnerOptions renamed = SmallOptions();
+  renamed.model_name = "resnet18";
+  auto other_model = MakeLearner(1, renamed, "resnet18");
+  EXPECT_NE(RestoreError(*other_model, state).find("for model 'resnet8'"), std::string::npos);
+
+  LearnerOptions classes = SmallOptions();
+  classes.num_classes = 7;
+  auto other_classes = MakeLearner(1, classes);
+  EXPECT_NE(RestoreError(*other_classes, state).find("has 10 classes, this data set has 7"),
+            std::string::npos);
+
+  LearnerOptions step = SmallOptions();
+  step.schedule.kind = ScheduleKind::kStep;
+  auto other_schedule = MakeLearner(1, step);
+  EXPECT_NE(RestoreError(*other_schedule, state).find("different --schedule"), std::string::npos);
+
+  auto target = MakeLearner(1);
+  EXPECT_NE(RestoreError(*target, state.substr(0, state.size() / 2)).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(RestoreError(*target, "garbage").find("truncated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace elastic::trainer
