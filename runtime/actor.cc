@@ -107,7 +107,15 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
     throw std::runtime_error("actor system cannot listen on " + options_.listen_host + ": " +
                              ec.message());
   }
-  endpoint_ = Endpoint{options_.listen_host, acceptor_.local_endpoint().port()};
+  std::string advertised = options_.advertise_host;
+  if (advertised.empty()) {
+    if (address.is_unspecified()) {
+      throw std::invalid_argument("actor system listening on " + options_.listen_host +
+                                  " needs an advertise_host that other machines can reach");
+    }
+    advertised = options_.listen_host;
+  }
+  endpoint_ = Endpoint{advertised, acceptor_.local_endpoint().port()};
   loop_.Post([this] { Accept(); });
 }
 

@@ -84,6 +84,9 @@ struct ActorSystemOptions {
   std::string token;  // the cluster token, for calls in both directions
   std::string listen_host = "127.0.0.1";
   uint16_t port = 0;
+  // The address other machines use to reach this system (registered with the
+  // head). Empty: listen_host, which then must not be a wildcard (0.0.0.0).
+  std::string advertise_host;
   size_t threads = 2;  // actor execution threads
   TransportOptions transport;
   // When set, Spawn registers actors with the head and Lookup resolves names

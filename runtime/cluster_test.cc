@@ -331,6 +331,22 @@ TEST_F(ClusterTest, SilentMemberIsFailedAfterHeartbeatTimeout) {
   members_[0].Signal(SIGKILL);
 }
 
+TEST_F(ClusterTest, WildcardListenNeedsAnAdvertisedAddress) {
+  ActorSystemOptions options;
+  options.token = head_->token();
+  options.listen_host = "0.0.0.0";
+  EXPECT_THROW(ActorSystem system(options), std::invalid_argument);
+  options.advertise_host = "127.0.0.1";
+  ActorSystem system(options);
+  EXPECT_EQ(system.endpoint().host, "127.0.0.1");
+  system.Spawn("wide", std::make_shared<EchoActor>(&system));
+  ActorRef remote = actors_->Remote("wide", system.endpoint());
+  EXPECT_FALSE(remote.is_local());
+  EXPECT_EQ(remote.Ask("echo", "reachable", kPatience).get(), "reachable");
+  ActorSystemOptions no_token;
+  EXPECT_THROW(ActorSystem tokenless(no_token), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace elastic::runtime
 
