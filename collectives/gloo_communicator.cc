@@ -69,6 +69,7 @@ class GlooCommunicator : public Communicator {
   ~GlooCommunicator() override {
     // If an operation is still running (its peers never came), wake it so the
     // queue's thread can be joined now rather than at the operation's timeout.
+    aborted_ = true;
     queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("communicator destroyed"))));
     if (queue_->busy()) tripwire_.Trip();
     queue_.reset();
@@ -79,6 +80,7 @@ class GlooCommunicator : public Communicator {
   std::string backend() const override { return "gloo"; }
 
   void Abort() override {
+    aborted_ = true;
     queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("aborted"))));
     tripwire_.Trip();
   }
@@ -184,7 +186,8 @@ class GlooCommunicator : public Communicator {
         run(tag);
       } catch (const std::exception& e) {
         const std::string message = e.what();
-        if (queue_->failure()) std::rethrow_exception(queue_->failure());  // aborted
+        // (Never touch queue_ here: the destructor resets it while this runs.)
+        if (aborted_) throw CollectiveAborted(what + ": aborted");
         if (message.find("Timed out") != std::string::npos) {
           throw CollectiveTimeout(what + ": timed out after " + std::to_string(timeout.count()) +
                                   " ms: " + message);
@@ -197,7 +200,8 @@ class GlooCommunicator : public Communicator {
   SocketTripwire tripwire_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  uint32_t next_tag_ = 0;  // only touched on the queue's thread
+  std::atomic<bool> aborted_{false};  // Abort() or destruction began
+  uint32_t next_tag_ = 0;             // only touched on the queue's thread
   std::unique_ptr<OpQueue> queue_;
 };
 

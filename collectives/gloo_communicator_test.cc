@@ -41,7 +41,9 @@ int RunCorrectness(const Args& args) {
   auto comm = factory.Create(m);
   testing::CheckAllOps(*comm, testing::AllDataTypes(), {1, 2, 3, 5, 7, 1000, 65537, 1000003});
   testing::CheckAsyncOverlap(*comm);
-  testing::CheckLargeFloat32(*comm);
+  // Every type at 64 MiB with 3 processes (not a divisor of the element
+  // counts); float32 only for 2 and 4, to keep the test short.
+  testing::CheckLarge(*comm, /*every_type=*/m.size == 3);
   return 0;
 }
 

@@ -65,6 +65,7 @@ class MpiCommunicator : public Communicator {
 
   ~MpiCommunicator() override {
     const bool healthy = queue_->failure() == nullptr;
+    aborted_ = true;  // a running poll loop gives up
     queue_.reset();
     // MPI_Finalize waits for every member; after a failure some never come, so
     // a broken communicator leaves MPI for the process exit to clean up.
@@ -74,6 +75,7 @@ class MpiCommunicator : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   void Abort() override {
+    aborted_ = true;
     // MPI cannot cancel a collective; the queue stops waiting for it (the poll
     // loop below sees the failure) and every later operation fails.
     queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("aborted"))));
@@ -161,7 +163,8 @@ class MpiCommunicator : public Communicator {
       int done = 0;
       CheckMpi(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
-      if (auto failure = queue_->failure()) std::rethrow_exception(failure);
+      // (Never touch queue_ here: the destructor resets it while this runs.)
+      if (aborted_) throw CollectiveAborted(what + ": aborted");
       if (std::chrono::steady_clock::now() >= deadline) {
         throw CollectiveTimeout(what + ": timed out after " + std::to_string(timeout.count()) +
                                 " ms");
@@ -171,6 +174,7 @@ class MpiCommunicator : public Communicator {
     }
   }
 
+  std::atomic<bool> aborted_{false};  // Abort() or destruction began
   std::unique_ptr<OpQueue> queue_;
 };
 

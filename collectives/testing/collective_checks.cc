@@ -164,11 +164,17 @@ void CheckAsyncOverlap(Communicator& comm) {
   }
 }
 
-void CheckLargeFloat32(Communicator& comm) {
+void CheckLarge(Communicator& comm, bool every_type) {
   constexpr size_t kBytes = 64u << 20;
   CheckAllreduce(comm, DataType::kFloat32, kBytes / 4, ReduceOp::kSum);
   CheckBroadcast(comm, DataType::kFloat32, kBytes / 4);
   CheckAllgather(comm, DataType::kFloat32, kBytes / 4 / comm.size());
+  if (!every_type) return;
+  // The other types at 64 MiB too; 64 MiB is not a multiple of 3 elements.
+  for (DataType type :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat64, DataType::kInt64}) {
+    CheckAllreduce(comm, type, kBytes / ElementSize(type), ReduceOp::kAverage);
+  }
 }
 
 }  // namespace elastic::collectives::testing

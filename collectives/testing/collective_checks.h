@@ -21,8 +21,9 @@ void CheckAllOps(Communicator& comm, const std::vector<DataType>& types,
 // Several async allreduces in flight at once, waited for in reverse order.
 void CheckAsyncOverlap(Communicator& comm);
 
-// 64 MiB float32 allreduce and broadcast, and an allgather with 64 MiB output.
-void CheckLargeFloat32(Communicator& comm);
+// 64 MiB float32 allreduce, broadcast and an allgather with 64 MiB output, and
+// with `every_type` a 64 MiB allreduce (average) of every other type.
+void CheckLarge(Communicator& comm, bool every_type);
 
 std::vector<DataType> AllDataTypes();
 
