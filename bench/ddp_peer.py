@@ -1,0 +1,256 @@
+"""The PyTorch DDP peer of our elastic trainer, for bench/compare.sh and
+bench/rescale_bench.py: the same CIFAR-10 binary files, models
+(torch_peer_models.py), optimizer, schedule, batch and augmentation as
+//trainer:cifar, trained with DistributedDataParallel over Gloo.
+
+Launch it the way users do, with torchrun (Debian's python3-torch 1.13.1 under
+Python 3.11 needs --redirects/--tee and underscore flag names):
+
+  OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \
+      --standalone --nproc_per_node 2 bench/ddp_peer.py --model resnet8 \
+      --data-dir /work/shared/data/cifar10-subset --epochs 10
+
+Without torchrun's environment it runs as a world of one.
+
+What it prints (stdout of rank 0, one line each, machine-readable):
+  START {json}    the process is up (wall time, restart count, time to import torch)
+  STEP {json}     after every completed step: wall time, restart count, epoch, step
+  RESULT {json}   after every epoch ("kind": "epoch") and at the end ("kind": "done"):
+                  images/s of the whole world and per worker, epoch time, test accuracy
+The STEP lines let a harness measure the gap from killing a worker to the
+first step after torchrun restarted the job (--max_restarts); --checkpoint
+makes the restarted job resume where the last checkpoint left it, which is
+what torchrun's documentation asks elastic scripts to do.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+_STARTED = time.time()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.data.distributed import DistributedSampler  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peer import augmented_batch, load_cifar10, MEAN, STD  # noqa: E402
+from torch_peer_models import MODELS, PARAMETERS  # noqa: E402
+
+_IMPORTED = time.time()
+
+
+def emit(tag, **fields):
+    print(f"{tag} {json.dumps(fields, sort_keys=True)}", flush=True)
+
+
+def load_test_set(data_dir, limit):
+    path = os.path.join(data_dir, "test_batch.bin")
+    if not os.path.exists(path):
+        sys.exit(f"ddp_peer: {path} is missing (CIFAR-10 binary test batch)")
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size % 3073 != 0:
+        sys.exit(f"ddp_peer: {path}: not a whole number of 3073-byte records")
+    raw = raw.reshape(-1, 3073)
+    if limit > 0:
+        raw = raw[:limit]
+    images = torch.from_numpy(raw[:, 1:].reshape(-1, 3, 32, 32).copy())
+    labels = torch.from_numpy(raw[:, 0].astype(np.int64))
+    return images, labels
+
+
+def cosine_lr(base_lr, epochs_done, epochs):
+    """//trainer's cosine schedule (trainer/schedule.cc) without warm-up."""
+    t = min(max(epochs_done / epochs, 0.0), 1.0)
+    return base_lr * 0.5 * (1 + math.cos(math.pi * t))
+
+
+class IndexSet:
+    """What DistributedSampler needs of a data set: its length."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def evaluate(model, images, labels, rank, world, batch_size):
+    """Each rank evaluates its shard; the sums are all-reduced (as ours does)."""
+    model.eval()
+    correct = torch.zeros(3, dtype=torch.float64)  # correct, loss sum, count
+    with torch.no_grad():
+        for start in range(rank * batch_size, images.shape[0], world * batch_size):
+            x = (images[start:start + batch_size].float().div_(255) - MEAN) / STD
+            y = labels[start:start + batch_size]
+            out = model(x)
+            correct[0] += (out.argmax(1) == y).sum().item()
+            correct[1] += F.cross_entropy(out, y, reduction="sum").item()
+            correct[2] += y.numel()
+    if world > 1:
+        dist.all_reduce(correct)
+    model.train()
+    count = max(correct[2].item(), 1)
+    return correct[0].item() / count, correct[1].item() / count
+
+
+def save_checkpoint(path, state):
+    """Temp file, fsync, rename: a kill never leaves half a checkpoint."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="resnet8")
+    parser.add_argument("--data-dir", required=True,
+                        help="directory with data_batch_*.bin and test_batch.bin")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--max-steps", type=int, default=0,
+                        help="stop after this many steps in all (0: no limit)")
+    parser.add_argument("--batch-size", type=int, default=128, help="per worker")
+    parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument("--test-samples", type=int, default=0, help="0: the whole test set")
+    parser.add_argument("--no-eval", action="store_true", help="skip the test set")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", default="",
+                        help="file rank 0 writes after each epoch and every "
+                             "--checkpoint-every steps; a (re)started job resumes from it")
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: epochs only")
+    parser.add_argument("--step-lines", action="store_true",
+                        help="print a STEP line after every step (for restart timing)")
+    args = parser.parse_args(argv)
+    for name in ("epochs", "batch_size", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.lr <= 0:
+        parser.error("--lr must be > 0")
+    if not os.path.isdir(args.data_dir):
+        parser.error(f"--data-dir {args.data_dir}: no such directory")
+    return args
+
+
+def init_world():
+    """torchrun's environment, or a world of one when run directly."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+        store = dist.TCPStore("127.0.0.1", 0, 1, True)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank, world = init_world()
+    if rank == 0:
+        emit("START", time=_STARTED, import_seconds=_IMPORTED - _STARTED,
+             init_seconds=time.time() - _IMPORTED, restart=restart, world=world)
+
+    torch.manual_seed(args.seed)
+    model = MODELS[args.model]()
+    count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if count != PARAMETERS[args.model]:
+        sys.exit(f"ddp_peer: {args.model} has {count} parameters, expected {PARAMETERS[args.model]}")
+    images, labels = load_cifar10(args.data_dir)
+    test_images, test_labels = load_test_set(args.data_dir, args.test_samples)
+    base_lr = args.lr * world  # ours: per-worker --lr x world size
+    optimizer = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+
+    epoch, samples_done, step = 0, 0, 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        epoch, samples_done, step = state["epoch"], state["samples_done"], state["step"]
+    ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters
+    sampler = DistributedSampler(IndexSet(images.shape[0]), num_replicas=world, rank=rank,
+                                 shuffle=True, seed=args.seed)
+    n = images.shape[0]
+    global_batch = world * args.batch_size
+    generator = torch.Generator()
+
+    def checkpoint():
+        if rank == 0 and args.checkpoint:
+            save_checkpoint(args.checkpoint, {
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "epoch": epoch, "samples_done": samples_done, "step": step})
+
+    done = False
+    while epoch < args.epochs and not done:
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+        generator.manual_seed(args.seed * 1000003 + epoch * 1009 + rank)
+        first = samples_done // global_batch  # resume inside the epoch after a restart
+        steps_in_epoch = math.ceil(order.numel() / args.batch_size)
+        epoch_start = time.time()
+        images_seen, loss_sum, correct = 0, 0.0, 0
+        for i in range(first, steps_in_epoch):
+            index = order[i * args.batch_size:(i + 1) * args.batch_size]
+            x, y = augmented_batch(images, labels, index, generator)
+            samples_done = min(n, (i + 1) * global_batch)
+            for group in optimizer.param_groups:
+                group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs)
+            optimizer.zero_grad()
+            out = ddp(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * y.numel()
+            correct += (out.argmax(1) == y).sum().item()
+            images_seen += y.numel() * world
+            step += 1
+            if rank == 0 and args.step_lines:
+                emit("STEP", time=time.time(), restart=restart, epoch=epoch, step=step)
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                checkpoint()
+            if args.max_steps and step >= args.max_steps:
+                done = True
+                break
+        train_seconds = time.time() - epoch_start
+        if args.no_eval:
+            accuracy, test_loss = float("nan"), float("nan")
+        else:
+            accuracy, test_loss = evaluate(model, test_images, test_labels, rank, world,
+                                           args.batch_size)
+        epoch_seconds = time.time() - epoch_start
+        rate = images_seen / train_seconds if train_seconds > 0 else 0.0
+        seen_here = max(images_seen // world, 1)
+        if rank == 0:
+            emit("RESULT", kind="epoch", model=args.model, world=world, epoch=epoch + 1,
+                 epochs=args.epochs, steps=step, batch_size=args.batch_size, threads=args.threads,
+                 images_per_second=round(rate, 2), per_worker_images_per_second=round(rate / world, 2),
+                 train_seconds=round(train_seconds, 3), epoch_seconds=round(epoch_seconds, 3),
+                 elapsed_seconds=round(time.time() - _STARTED, 3), train_loss=loss_sum / seen_here,
+                 train_accuracy=correct / seen_here, test_accuracy=accuracy, test_loss=test_loss,
+                 restart=restart)
+        if not done:
+            epoch += 1
+            samples_done = 0
+            checkpoint()
+    if rank == 0:
+        emit("RESULT", kind="done", model=args.model, world=world, epochs=epoch, steps=step,
+             elapsed_seconds=round(time.time() - _STARTED, 3), restart=restart)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
