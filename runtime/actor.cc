@@ -9,14 +9,6 @@
 namespace elastic::runtime {
 namespace {
 
-std::string ToString(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 // Posts f to loop and waits until it ran.
 void RunAndWait(EventLoop& loop, std::function<void()> f) {
   std::promise<void> done;
@@ -267,7 +259,7 @@ void ActorSystem::OnIncomingCall(const ConnectionPtr& connection,
     }
     return;
   }
-  Deliver(actor, call.getMethod().cStr(), ToString(call.getPayload()),
+  Deliver(actor, call.getMethod().cStr(), ToBytes(call.getPayload()),
           expects_reply ? std::function<void(bool, const std::string&)>(send_reply) : nullptr);
 }
 
@@ -307,7 +299,7 @@ std::shared_ptr<ActorSystem::Peer> ActorSystem::PeerFor(const Endpoint& endpoint
         }
         auto reply = envelope.getActorReply();
         if (reply.getOk()) {
-          ask->Succeed(loop_, ask, ToString(reply.getPayload()));
+          ask->Succeed(loop_, ask, ToBytes(reply.getPayload()));
         } else {
           ask->Fail(loop_, ask, AskError(reply.getError().cStr()));
         }

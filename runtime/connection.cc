@@ -35,14 +35,6 @@ const char* WhichName(proto::Envelope::Which which) {
   }
 }
 
-std::string ToString(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 }  // namespace
 
 void SetError(proto::Envelope::Builder envelope, proto::ErrorCode code,
@@ -140,7 +132,7 @@ void Connection::Start() {
     auto hello = message.initRoot<proto::Envelope>().initHello();
     hello.setProtocolVersion(kProtocolVersion);
     hello.setNonce(AsData(my_nonce_));
-    SendOnLoopOrThrow(message);
+    Send(message);
   }
   ReadMore();
 }
@@ -210,7 +202,7 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
     auto error = message.initRoot<proto::Envelope>().initRefused();
     error.setCode(proto::ErrorCode::UNAUTHENTICATED);
     error.setMessage(why);
-    SendOnLoopOrThrow(message);
+    Send(message);
     refused_ = true;
     CloseAfterFlush("refused: " + why);
   };
@@ -227,7 +219,7 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
              std::to_string(kProtocolVersion) + ")");
       return;
     }
-    if (!ConstantTimeEquals(ToString(auth.getMac()), ClientProof(token_, my_nonce_))) {
+    if (!ConstantTimeEquals(ToBytes(auth.getMac()), ClientProof(token_, my_nonce_))) {
       refuse("wrong or missing cluster token");
       return;
     }
@@ -238,8 +230,8 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
     peer_ += " (" + std::string(auth.getPeerName().cStr()) + ")";
     capnp::MallocMessageBuilder message;
     message.initRoot<proto::Envelope>().initWelcome().setMac(
-        AsData(ServerProof(token_, ToString(auth.getNonce()))));
-    SendOnLoopOrThrow(message);
+        AsData(ServerProof(token_, ToBytes(auth.getNonce()))));
+    Send(message);
     BecomeOpen();
     return;
   }
@@ -263,14 +255,14 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
     capnp::MallocMessageBuilder message;
     auto auth = message.initRoot<proto::Envelope>().initAuthenticate();
     auth.setProtocolVersion(kProtocolVersion);
-    auth.setMac(AsData(ClientProof(token_, ToString(hello.getNonce()))));
+    auth.setMac(AsData(ClientProof(token_, ToBytes(hello.getNonce()))));
     auth.setNonce(AsData(my_nonce_));
     auth.setPeerName(name_);
-    SendOnLoopOrThrow(message);
+    Send(message);
     return;
   }
   if (which == proto::Envelope::WELCOME) {
-    if (!ConstantTimeEquals(ToString(envelope.getWelcome().getMac()),
+    if (!ConstantTimeEquals(ToBytes(envelope.getWelcome().getMac()),
                             ServerProof(token_, my_nonce_))) {
       CloseOnLoop("peer " + peer_ + " could not prove it knows the cluster token");
       return;
@@ -326,8 +318,6 @@ void Connection::Tick() {
     if (!ec) self->Tick();
   });
 }
-
-bool Connection::SendOnLoopOrThrow(capnp::MessageBuilder& message) { return Send(message); }
 
 bool Connection::Send(capnp::MessageBuilder& message) {
   kj::Array<capnp::word> frame = EncodeFrame(message);

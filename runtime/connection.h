@@ -95,7 +95,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ScheduleWrite();
   void WriteQueued();
   void CloseOnLoop(const std::string& reason);
-  bool SendOnLoopOrThrow(capnp::MessageBuilder& message);
 
   EventLoop& loop_;
   asio::ip::tcp::socket socket_;

@@ -74,6 +74,14 @@ class FrameDecoder {
   size_t consumed_ = 0;
 };
 
+// Cap'n Proto Data <-> std::string (bytes).
+inline std::string ToBytes(capnp::Data::Reader data) {
+  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+inline capnp::Data::Reader AsData(const std::string& bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+}
+
 // Serialises a message in the standard framing.
 kj::Array<capnp::word> EncodeFrame(capnp::MessageBuilder& message);
 

@@ -23,10 +23,6 @@ Bytes Encode(capnp::MessageBuilder& message) {
   return Bytes(bytes.begin(), bytes.end());
 }
 
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 // Valid frames of the message kinds with the most structure.
 std::vector<Bytes> Seeds() {
   std::vector<Bytes> seeds;

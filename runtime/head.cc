@@ -9,14 +9,6 @@
 namespace elastic::runtime {
 namespace {
 
-std::string ToString(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 std::string ResolveToken(const HeadOptions& options) {
   asio::error_code ec;
   const auto address = asio::ip::make_address(options.listen_host, ec);
@@ -178,7 +170,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
   switch (envelope.which()) {
     case proto::Envelope::KV_PUT: {
       auto put = envelope.getKvPut();
-      kv_.Put(put.getKey().cStr(), ToString(put.getValue()));
+      kv_.Put(put.getKey().cStr(), ToBytes(put.getValue()));
       ReplyOk(connection, request_id);
       return;
     }

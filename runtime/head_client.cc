@@ -1,5 +1,7 @@
 #include "runtime/head_client.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -8,14 +10,6 @@
 
 namespace elastic::runtime {
 namespace {
-
-std::string ToString(capnp::Data::Reader data) {
-  return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
-}
-
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
 
 // Slack on top of a server-side wait, so the head's own timeout answer (which
 // names the key) arrives before the client gives up on its own.
@@ -163,7 +157,7 @@ std::optional<std::string> HeadClient::Get(const std::string& key) {
                      options_.request_timeout, "Get('" + key + "')");
   auto value = reply->Envelope().getKvValue();
   if (!value.getFound()) return std::nullopt;
-  return ToString(value.getValue());
+  return ToBytes(value.getValue());
 }
 
 std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds timeout) {
@@ -174,7 +168,7 @@ std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds t
         wait.setTimeoutMillis(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
       },
       timeout + kWaitSlack, "Wait('" + key + "')");
-  return ToString(reply->Envelope().getKvValue().getValue());
+  return ToBytes(reply->Envelope().getKvValue().getValue());
 }
 
 uint64_t HeadClient::RegisterNode(const std::string& name, uint32_t workers) {

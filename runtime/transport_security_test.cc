@@ -26,10 +26,6 @@ using std::chrono::seconds;
 
 constexpr seconds kPatience{60};
 
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 std::vector<uint8_t> Encode(capnp::MessageBuilder& message) {
   auto words = EncodeFrame(message);
   auto bytes = words.asBytes();
