@@ -1,0 +1,86 @@
+#include "trainer/elastic/elastic_options.h"
+
+#include <cstdlib>
+
+namespace elastic::trainer {
+
+void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
+  f.AddInt("workers", &o.workers,
+           "elastic: start the driver (head + local node agent) and this many worker processes; "
+           "with --join, the number of workers this node adds. 0: train in this process");
+  f.AddString("join", &o.join,
+              "elastic: HOST:PORT of a running driver's head; run only a node agent that adds "
+              "--workers workers (needs --token-file)");
+  f.AddString("token-file", &o.token_file,
+              "elastic: file holding the cluster token. The driver reads it (required when "
+              "--listen is not loopback), --join needs it; without it the driver makes a random "
+              "token");
+  f.AddString("listen", &o.listen, "elastic: address the driver's head listens on");
+  f.AddInt("port", &o.port, "elastic: port of the driver's head; 0: any free port (printed)");
+  f.AddInt("min-workers", &o.min_workers,
+           "elastic: fewer workers than this pause training until joins arrive");
+  f.AddInt("max-workers", &o.max_workers, "elastic: joins beyond this many workers wait; 0: none");
+  f.AddInt("commit-every", &o.commit_every,
+           "elastic: steps between in-memory commits (a failure redoes at most this many steps)");
+  f.AddDouble("drain-timeout", &o.drain_timeout,
+              "elastic: seconds a worker told to leave (SIGTERM) waits for the epoch boundary "
+              "before it leaves at the next commit");
+  f.AddDouble("rendezvous-timeout", &o.rendezvous_timeout,
+              "elastic: seconds to wait below --min-workers before stopping with a checkpoint");
+  f.AddInt("global-batch", &o.global_batch,
+           "elastic: hold the batch over all workers at this size (per-worker batch = this / "
+           "world size, lr unchanged). 0: per-worker --batch-size and lr x world size");
+  f.AddString("log-samples", &o.log_samples,
+              "elastic (debug): directory where each worker logs the sample indices of every "
+              "step with its (generation, epoch, position)");
+  f.AddInt("blacklist-after", &o.blacklist_after,
+           "elastic: a node whose workers failed this many times is excluded for a while");
+  f.AddDouble("blacklist-seconds", &o.blacklist_seconds,
+              "elastic: how long a blacklisted node stays excluded");
+  f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts",
+              {"", "worker"});
+}
+
+bool IsElasticRun(const ElasticOptions& o) {
+  return o.role == "worker" || o.workers > 0 || !o.join.empty();
+}
+
+void ParseHostPort(const std::string& text, std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw FlagError("--join: expected HOST:PORT, got '" + text + "'");
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || value < 1 || value > 65535)
+    throw FlagError("--join: bad port in '" + text + "'");
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(value);
+}
+
+void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
+  if (o.workers < 0) throw FlagError("--workers must be >= 0");
+  if (!o.join.empty()) {
+    std::string host;
+    uint16_t port;
+    ParseHostPort(o.join, &host, &port);
+    if (o.workers < 1) throw FlagError("--join needs --workers K >= 1 (workers to add)");
+    if (o.token_file.empty()) throw FlagError("--join needs --token-file (the cluster token)");
+  }
+  if (o.port < 0 || o.port > 65535) throw FlagError("--port must be in [0, 65535]");
+  if (o.min_workers < 1) throw FlagError("--min-workers must be >= 1");
+  if (o.max_workers < 0) throw FlagError("--max-workers must be >= 0");
+  if (o.max_workers > 0 && o.max_workers < o.min_workers)
+    throw FlagError("--max-workers must be >= --min-workers");
+  if (o.workers > 0 && o.join.empty() && o.max_workers > 0 && o.workers > o.max_workers)
+    throw FlagError("--workers is above --max-workers");
+  if (o.commit_every < 1) throw FlagError("--commit-every must be >= 1");
+  if (o.drain_timeout < 0) throw FlagError("--drain-timeout must be >= 0");
+  if (o.rendezvous_timeout <= 0) throw FlagError("--rendezvous-timeout must be > 0");
+  if (o.global_batch < 0) throw FlagError("--global-batch must be >= 0");
+  if (o.blacklist_after < 1) throw FlagError("--blacklist-after must be >= 1");
+  if (o.role == "worker" && !o.join.empty())
+    throw FlagError("--role=worker and --join do not go together");
+  if (t.amp) throw FlagError("--amp is not supported by the elastic (CPU/Gloo) trainer yet");
+}
+
+}  // namespace elastic::trainer

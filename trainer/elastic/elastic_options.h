@@ -1,0 +1,47 @@
+// The flags of the elastic (multi-process) trainer, added to the training
+// flags of train_options.h on one FlagSet. docs/elastic.md is the protocol,
+// docs/operations.md how to run it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/flags.h"
+#include "trainer/train_options.h"
+
+namespace elastic::trainer {
+
+struct ElasticOptions {
+  // What this process is. "" (the default) with --workers N: the driver;
+  // with --join: a node agent only; "worker": a worker started by an agent.
+  std::string role;
+  int64_t workers = 0;  // local workers to start; 0: the single-process trainer
+  std::string join;     // HOST:PORT of an existing head
+  std::string token_file;
+  std::string listen = "127.0.0.1";
+  int64_t port = 0;  // 0: the OS picks one (printed at start)
+  int64_t min_workers = 1;
+  int64_t max_workers = 0;  // 0: no limit
+  int64_t commit_every = 20;
+  double drain_timeout = 30;       // seconds
+  double rendezvous_timeout = 60;  // seconds
+  int64_t global_batch = 0;        // 0: per-worker --batch-size and lr x world size
+  std::string log_samples;         // directory; "" = off
+  int64_t blacklist_after = 3;     // worker failures of one node before it is excluded
+  double blacklist_seconds = 300;  // how long it stays excluded
+};
+
+// Binds every ElasticOptions field to a flag of `flags`.
+void RegisterElasticFlags(FlagSet& flags, ElasticOptions& options);
+
+// Rejects impossible combinations with a FlagError naming the flag.
+void ValidateElasticOptions(const ElasticOptions& options, const TrainOptions& train);
+
+// True when these options ask for the elastic trainer rather than the
+// single-process loop (a worker, a driver with --workers, or --join).
+bool IsElasticRun(const ElasticOptions& options);
+
+// Splits "host:port"; throws FlagError naming --join when malformed.
+void ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+}  // namespace elastic::trainer

@@ -1,0 +1,669 @@
+// One worker of an elastic job: the loop of docs/elastic.md.
+//
+//   wait for a view that contains me -> build the communicator of its
+//   generation -> sync from rank 0's last commit -> train until the epoch ends,
+//   a control flag says stop, or a collective fails -> (on failure) wait for
+//   the next view and start over from the commit.
+#include <signal.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collectives/gloo_communicator.h"
+#include "collectives/tensor_ops.h"
+#include "models/registry.h"
+#include "runtime/head_client.h"
+#include "runtime/kv_store.h"
+#include "trainer/checkpoint.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/loader.h"
+#include "trainer/elastic/elastic.h"
+#include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/sampler.h"
+#include "trainer/evaluate.h"
+#include "trainer/learner.h"
+#include "trainer/trainer.h"
+
+namespace elastic::trainer {
+namespace {
+
+using collectives::CollectiveError;
+using collectives::Communicator;
+using collectives::DataType;
+using collectives::ReduceOp;
+using runtime::GenerationKey;
+using runtime::MembershipView;
+
+std::atomic<bool> g_terminate_requested{false};
+void OnTerminate(int) { g_terminate_requested.store(true); }
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A failure that no new generation can fix (the job's state is inconsistent).
+class FatalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What every rank snapshots at a commit point: the full training state and
+// the epoch's running sums (so the epoch summary survives a restore).
+struct Commit {
+  double loss_sum = 0;
+  double correct = 0;
+  double seen = 0;
+  double train_seconds = 0;
+  std::string learner;
+
+  std::string Encode() const {
+    std::string out(4 * sizeof(double), '\0');
+    const double header[4] = {loss_sum, correct, seen, train_seconds};
+    std::memcpy(out.data(), header, sizeof(header));
+    return out + learner;
+  }
+  static Commit Decode(const std::string& bytes) {
+    if (bytes.size() < 4 * sizeof(double)) throw FatalError("commit from rank 0 is truncated");
+    Commit c;
+    double header[4];
+    std::memcpy(header, bytes.data(), sizeof(header));
+    c.loss_sum = header[0];
+    c.correct = header[1];
+    c.seen = header[2];
+    c.train_seconds = header[3];
+    c.learner = bytes.substr(sizeof(header));
+    return c;
+  }
+};
+
+// FNV-1a over the bytes of every parameter, in order: equal on two ranks
+// exactly when their parameters are bit-identical (up to a 2^-64 collision).
+uint64_t ParameterChecksum(const std::vector<torch::Tensor>& params) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (const torch::Tensor& p : params) {
+    const torch::Tensor c = p.detach().contiguous().cpu();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+    for (size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  }
+  return hash;
+}
+
+// Replaces each gradient by the gradient of the mean loss over the whole
+// step: local mean gradient x (local samples / step samples), summed over
+// ranks. Exact also for the short last step, where ranks hold unequal counts.
+class WeightedAllreduceHook : public GradientHook {
+ public:
+  WeightedAllreduceHook(Communicator& comm, double weight) : comm_(comm), weight_(weight) {}
+
+  void AfterBackward(const std::vector<torch::Tensor>& params) override {
+    std::vector<torch::Tensor> flat;
+    flat.reserve(params.size());
+    for (const torch::Tensor& p : params) {
+      flat.push_back(p.grad().defined() ? p.grad().reshape({-1})
+                                        : torch::zeros({p.numel()}, p.options()));
+    }
+    torch::Tensor buffer = torch::cat(flat).mul_(weight_).contiguous();
+    collectives::Allreduce(comm_, buffer, ReduceOp::kSum);
+    int64_t offset = 0;
+    for (const torch::Tensor& p : params) {
+      const int64_t n = p.numel();
+      torch::Tensor slice = buffer.narrow(0, offset, n).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(slice);
+      } else {
+        p.mutable_grad() = slice.clone();
+      }
+      offset += n;
+    }
+  }
+
+ private:
+  Communicator& comm_;
+  double weight_;
+};
+
+void MakeDirectories(const std::string& dir) {
+  for (size_t slash = 1; slash != std::string::npos;) {
+    slash = dir.find('/', slash + 1);
+    const std::string prefix = dir.substr(0, slash);
+    if (prefix.empty()) continue;
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create directory " + prefix + ": " + std::strerror(errno));
+  }
+}
+
+int64_t Limit(int64_t size, int64_t limit) { return limit > 0 ? std::min(size, limit) : size; }
+
+class Worker {
+ public:
+  // Owns the connection to the head, so that no membership callback can run
+  // once the Worker is being destroyed.
+  Worker(std::unique_ptr<runtime::HeadClient> head, TrainOptions train, ElasticOptions elastic,
+         uint64_t node_id)
+      : train_(std::move(train)),
+        elastic_(std::move(elastic)),
+        node_id_(node_id),
+        client_(std::move(head)),
+        head_(*client_) {}
+  ~Worker() { client_.reset(); }
+
+  int Run();
+
+ private:
+  enum class Outcome { kChange, kFailed, kDone, kStopped };
+
+  void OnUpdate(const runtime::MembershipUpdate& update);
+  // The next view to train in, or nullopt when this worker should exit.
+  std::optional<MembershipView> WaitForView();
+  Outcome RunGeneration(const MembershipView& view);
+  void Sync(Communicator& comm, int rank);
+  // Trains from the learner's (epoch, position) to the next stop; see RunGeneration.
+  Outcome Train(Communicator& comm, const MembershipView& view, int rank);
+  // Allreduces the control vector at a commit point and takes the commit.
+  // Returns true when rank 0 asked everyone to stop for a membership change.
+  bool CommitPoint(Communicator& comm, int rank, bool epoch_boundary);
+  EvalResult EvaluateShard(Communicator& comm, int rank, int world);
+  void WriteCheckpoint(const std::string& learner_bytes);
+  void ReportDrainingOnce();
+  void Log(const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+  bool Finished() const {
+    const TrainingProgress& p = learner_->progress();
+    return p.epoch >= train_.epochs || stopped_early_ ||
+           (train_.max_steps > 0 && p.step >= train_.max_steps);
+  }
+
+  TrainOptions train_;
+  ElasticOptions elastic_;
+  uint64_t node_id_;
+  uint64_t member_id_ = 0;
+
+  std::shared_ptr<const Dataset> train_set_;
+  std::shared_ptr<const Dataset> test_set_;
+  int64_t train_size_ = 0;
+  int64_t test_size_ = 0;
+  std::unique_ptr<ElasticSampler> sampler_;
+  std::unique_ptr<Loader> filler_;  // one-sample batches for a rank with no share of a step
+
+  std::unique_ptr<Learner> learner_;
+  Commit commit_;
+  bool stopped_early_ = false;
+  // Sums of the steps since the last commit point (this rank only).
+  double pending_loss_ = 0, pending_correct_ = 0, pending_seen_ = 0;
+  double pending_seconds_ = 0;
+  std::FILE* sample_log_ = nullptr;
+
+  std::mutex mutex_;
+  std::condition_variable view_changed_;
+  MembershipView latest_;              // guarded by mutex_
+  Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer view
+  uint64_t last_generation_ = 0;
+  bool drain_reported_ = false;
+  uint64_t generation_ = 0;
+  int world_ = 0;
+
+  // Last: destroyed (in ~Worker, explicitly) before everything its callback touches.
+  std::unique_ptr<runtime::HeadClient> client_;
+  runtime::HeadClient& head_;
+};
+
+void Worker::Log(const char* format, ...) {
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  std::fprintf(stderr, "[worker %llu pid %d] %s\n", static_cast<unsigned long long>(member_id_),
+               static_cast<int>(::getpid()), text);
+  std::fflush(stderr);
+}
+
+void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (update.view.generation <= latest_.generation) return;
+  latest_ = update.view;
+  // A new generation ends the old one: whoever is still blocked in one of its
+  // collectives must not wait for a peer that is gone.
+  if (live_comm_ != nullptr && live_comm_->generation() < latest_.generation) live_comm_->Abort();
+  view_changed_.notify_all();
+}
+
+void Worker::ReportDrainingOnce() {
+  if (drain_reported_ || !g_terminate_requested.load()) return;
+  drain_reported_ = true;
+  Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
+  head_.Put(JobKey::Draining(member_id_), std::to_string(Now()));
+}
+
+std::optional<MembershipView> Worker::WaitForView() {
+  auto last_poll = std::chrono::steady_clock::now();
+  while (true) {
+    ReportDrainingOnce();
+    MembershipView view;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      view_changed_.wait_for(lock, std::chrono::milliseconds(200),
+                             [&] { return latest_.generation > last_generation_; });
+      view = latest_;
+    }
+    if (view.generation > last_generation_) {
+      last_generation_ = view.generation;
+      if (view.RankOf(member_id_) < 0) {
+        if (drain_reported_) return std::nullopt;  // left the job
+        continue;                                  // not admitted (yet)
+      }
+      if (static_cast<int64_t>(view.members.size()) >= elastic_.min_workers ||
+          head_.Get(JobKey::kStop)) {
+        return view;
+      }
+      Log("generation %llu has %zu workers, below --min-workers=%lld: waiting",
+          static_cast<unsigned long long>(view.generation), view.members.size(),
+          static_cast<long long>(elastic_.min_workers));
+      continue;
+    }
+    if (drain_reported_ && view.RankOf(member_id_) < 0) return std::nullopt;
+    if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(1)) {
+      last_poll = std::chrono::steady_clock::now();
+      if (head_.Get(JobKey::kDone)) return std::nullopt;
+    }
+  }
+}
+
+void Worker::Sync(Communicator& comm, int rank) {
+  // Rank 0's commit is the job's state: everyone restores it.
+  std::string bytes = rank == 0 ? commit_.Encode() : std::string();
+  int64_t size = static_cast<int64_t>(bytes.size());
+  comm.Broadcast(&size, 1, DataType::kInt64, 0);
+  const size_t words = (static_cast<size_t>(size) + 7) / 8;
+  std::vector<int64_t> buffer(words, 0);
+  if (rank == 0) std::memcpy(buffer.data(), bytes.data(), bytes.size());
+  comm.Broadcast(buffer.data(), words, DataType::kInt64, 0);
+  bytes.assign(reinterpret_cast<const char*>(buffer.data()), static_cast<size_t>(size));
+  commit_ = Commit::Decode(bytes);
+  learner_->RestoreState(commit_.learner);
+
+  const uint64_t mine = ParameterChecksum(learner_->parameters());
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  const int64_t mine_signed = static_cast<int64_t>(mine);
+  comm.Allgather(&mine_signed, all.data(), 1, DataType::kInt64);
+  const TrainingProgress& p = learner_->progress();
+  Log("params generation=%llu rank=%d world=%d checksum=%016llx epoch=%lld position=%lld "
+      "step=%lld",
+      static_cast<unsigned long long>(generation_), rank, comm.size(),
+      static_cast<unsigned long long>(mine), static_cast<long long>(p.epoch),
+      static_cast<long long>(p.position), static_cast<long long>(p.step));
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[static_cast<size_t>(r)] != all[0]) {
+      throw FatalError("parameter checksum mismatch after sync: rank " + std::to_string(r) +
+                       " differs from rank 0 in generation " + std::to_string(generation_));
+    }
+  }
+  if (sample_log_ != nullptr) {
+    std::fprintf(sample_log_, "G %llu %lld %lld %d %d\n",
+                 static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
+                 static_cast<long long>(p.position), rank, comm.size());
+    std::fflush(sample_log_);
+  }
+}
+
+bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
+  double control[5] = {pending_loss_, pending_correct_, pending_seen_, pending_seconds_, 0};
+  if (rank == 0) {
+    const std::optional<std::string> request = head_.Get(JobKey::Request(generation_));
+    if (request && (*request == "now" || (*request == "epoch" && epoch_boundary))) control[4] = 1;
+  }
+  comm.Allreduce(control, 5, DataType::kFloat64, ReduceOp::kSum);
+  commit_.loss_sum += control[0];
+  commit_.correct += control[1];
+  commit_.seen += control[2];
+  // Seconds are summed over ranks that ran in lock step: their mean is the wall time.
+  commit_.train_seconds += control[3] / comm.size();
+  pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
+  commit_.learner = learner_->CaptureState();
+  const bool stop = control[4] > 0;
+  if (stop && rank == 0) {
+    const TrainingProgress& p = learner_->progress();
+    head_.Put(JobKey::Stopped(generation_),
+              std::to_string(p.epoch) + " " + std::to_string(p.position));
+  }
+  return stop;
+}
+
+EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
+  // Evaluate rank 0's model: batch-norm statistics are per rank, parameters are not.
+  for (const torch::Tensor& buffer : learner_->model().buffers()) {
+    torch::Tensor b = buffer.contiguous();
+    collectives::Broadcast(comm, b, 0);
+    if (!b.is_same(buffer)) buffer.copy_(b);
+  }
+  std::vector<int64_t> shard;
+  for (int64_t i = rank; i < test_size_; i += world) shard.push_back(i);
+  const int64_t classes = train_set_->num_classes();
+  EvalResult result(classes);
+  if (!shard.empty()) {
+    LoaderOptions options;
+    options.batch_size = std::max<int64_t>(train_.batch_size, 256);
+    options.augment = false;
+    options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
+    options.seed = learner_->seed();
+    Loader loader(test_set_, options);
+    result = Evaluate(learner_->model(), loader, shard, classes, learner_->device(), false);
+  }
+  double sums[3] = {result.loss_sum, static_cast<double>(result.correct),
+                    static_cast<double>(result.count)};
+  comm.Allreduce(sums, 3, DataType::kFloat64, ReduceOp::kSum);
+  EvalResult total(classes);
+  total.loss_sum = sums[0];
+  total.correct = static_cast<int64_t>(sums[1]);
+  total.count = static_cast<int64_t>(sums[2]);
+  return total;
+}
+
+void Worker::WriteCheckpoint(const std::string& learner_bytes) {
+  if (train_.checkpoint_dir.empty()) return;
+  MakeDirectories(train_.checkpoint_dir);
+  WriteCheckpointFile(CheckpointPath(train_.checkpoint_dir), learner_bytes);
+  Log("checkpoint written to %s", CheckpointPath(train_.checkpoint_dir).c_str());
+}
+
+Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, int rank) {
+  const int world = static_cast<int>(view.members.size());
+  const int64_t batch = elastic_.global_batch > 0
+                            ? std::max<int64_t>(1, elastic_.global_batch / world)
+                            : train_.batch_size;
+  TrainingProgress& p = learner_->progress();
+  bool first_step = true;
+  while (true) {
+    if (Finished()) break;
+    if (p.position < train_size_) {
+      // Train the rest of the epoch (or up to the next stop).
+      const std::vector<int64_t> perm = sampler_->Permutation(static_cast<uint64_t>(p.epoch));
+      std::vector<int64_t> mine;
+      for (int64_t pos = p.position; pos < train_size_;
+           pos = sampler_->NextPosition(pos, world, batch)) {
+        const std::vector<int64_t> step = sampler_->StepIndices(perm, pos, rank, world, batch);
+        mine.insert(mine.end(), step.begin(), step.end());
+      }
+      LoaderOptions options;
+      options.batch_size = batch;
+      options.augment = train_.augment;
+      options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
+      options.seed = learner_->seed();
+      Loader loader(train_set_, options);
+      loader.Start(mine, static_cast<uint64_t>(p.epoch));
+      const int64_t steps_in_epoch = sampler_->StepsLeft(0, world, batch);
+      int64_t steps_since_commit = 0;
+      while (p.position < train_size_ && !(train_.max_steps > 0 && p.step >= train_.max_steps)) {
+        if (g_terminate_requested.load()) ReportDrainingOnce();
+        const auto started = std::chrono::steady_clock::now();
+        const std::vector<int64_t> indices =
+            sampler_->StepIndices(perm, p.position, rank, world, batch);
+        const int64_t step_total = std::min<int64_t>(world * batch, train_size_ - p.position);
+        if (sample_log_ != nullptr) {
+          std::fprintf(sample_log_, "S %llu %lld %lld",
+                       static_cast<unsigned long long>(generation_),
+                       static_cast<long long>(p.epoch), static_cast<long long>(p.position));
+          for (int64_t i : indices) std::fprintf(sample_log_, " %lld", static_cast<long long>(i));
+          std::fputc('\n', sample_log_);
+          std::fflush(sample_log_);
+        }
+        std::optional<Batch> next;
+        if (!indices.empty()) {
+          next = loader.Next();
+        } else {
+          // No share of this short last step: take part with a zero-weighted
+          // sample so that every rank runs the same collectives.
+          filler_->Start({perm[0]}, static_cast<uint64_t>(p.epoch));
+          next = filler_->Next();
+        }
+        if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
+        const double weight = static_cast<double>(indices.size()) / static_cast<double>(step_total);
+        WeightedAllreduceHook hook(comm, weight);
+        const double epochs_done =
+            static_cast<double>(p.epoch) +
+            static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
+        const StepStats stats = learner_->Step(next->images, next->labels, epochs_done, &hook);
+        p.position = sampler_->NextPosition(p.position, world, batch);
+        ++p.step;
+        ++steps_since_commit;
+        if (!indices.empty()) {
+          pending_loss_ += stats.loss_sum;
+          pending_correct_ += static_cast<double>(stats.correct);
+          pending_seen_ += static_cast<double>(stats.count);
+        }
+        pending_seconds_ +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (rank == 0) {
+          if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
+          char line[256];
+          const double seen = commit_.seen > 0 ? commit_.seen : 1;
+          std::snprintf(
+              line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
+              static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
+              static_cast<long long>(p.step), static_cast<long long>(steps_in_epoch),
+              static_cast<long long>((p.position + world * batch - 1) / (world * batch)),
+              commit_.seen, commit_.loss_sum / seen, commit_.correct / seen, stats.lr, world);
+          head_.Put(JobKey::kProgress, line);
+        }
+        first_step = false;
+        const bool at_end =
+            p.position >= train_size_ || (train_.max_steps > 0 && p.step >= train_.max_steps);
+        if (steps_since_commit >= elastic_.commit_every || at_end) {
+          steps_since_commit = 0;
+          if (CommitPoint(comm, rank, false)) return Outcome::kChange;
+        }
+      }
+      continue;  // at the end of the epoch, or --max-steps reached
+    }
+
+    // The epoch is trained (or cut by --max-steps): evaluate, then the boundary.
+    const auto eval_start = std::chrono::steady_clock::now();
+    const EvalResult eval = EvaluateShard(comm, rank, world);
+    const double eval_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+    if (rank == 0) {
+      const double seen = commit_.seen > 0 ? commit_.seen : 1;
+      char line[512];
+      std::snprintf(line, sizeof(line),
+                    "epoch %lld/%lld world %d | train loss %.4f acc %.2f%% | test loss %.4f acc "
+                    "%.2f%% | %.0f img/s | %.1fs",
+                    static_cast<long long>(p.epoch + 1), static_cast<long long>(train_.epochs),
+                    world, commit_.loss_sum / seen, 100 * commit_.correct / seen, eval.loss(),
+                    100 * eval.accuracy(),
+                    commit_.train_seconds > 0 ? commit_.seen / commit_.train_seconds : 0,
+                    commit_.train_seconds + eval_seconds);
+      head_.Put(JobKey::Epoch(p.epoch), line);
+      head_.Put(JobKey::kLastAccuracy, std::to_string(eval.accuracy()));
+    }
+    const bool epoch_complete = p.position >= train_size_;
+    if (!epoch_complete) break;  // --max-steps: the evaluation above was the last one
+    stopped_early_ = learner_->EndEpoch(eval.loss());
+    ++p.epoch;
+    p.position = 0;
+    commit_.loss_sum = commit_.correct = commit_.seen = commit_.train_seconds = 0;
+    const bool last = Finished();
+    if (CommitPoint(comm, rank, true) && !last) {
+      if (rank == 0 && p.epoch % train_.checkpoint_every == 0) WriteCheckpoint(commit_.learner);
+      return Outcome::kChange;
+    }
+    if (rank == 0 && !last && p.epoch % train_.checkpoint_every == 0)
+      WriteCheckpoint(commit_.learner);
+  }
+  if (rank == 0) {
+    WriteCheckpoint(learner_->CaptureState());
+    const std::optional<std::string> accuracy = head_.Get(JobKey::kLastAccuracy);
+    char line[256];
+    std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test accuracy %.2f%%%s",
+                  static_cast<long long>(p.epoch), static_cast<long long>(p.step),
+                  accuracy ? 100 * std::stod(*accuracy) : 0.0,
+                  stopped_early_ ? " (early stop)" : "");
+    head_.Put(JobKey::kDone, line);
+  }
+  return Outcome::kDone;
+}
+
+Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
+  generation_ = view.generation;
+  const int rank = view.RankOf(member_id_);
+  const int world = static_cast<int>(view.members.size());
+  world_ = world;
+  collectives::GlooOptions gloo;
+  gloo.tag = "train";
+  gloo.default_timeout = std::chrono::seconds(60);
+  gloo.rendezvous_timeout = std::chrono::seconds(30);
+  collectives::GlooCommunicatorFactory factory(head_, gloo);
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = factory.Create({generation_, rank, world});
+  } catch (const std::exception& e) {
+    Log("generation %llu: rendezvous failed (%s); waiting for the next view",
+        static_cast<unsigned long long>(generation_), e.what());
+    return Outcome::kFailed;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_comm_ = comm.get();
+    if (latest_.generation > generation_) comm->Abort();
+  }
+  Outcome outcome = Outcome::kFailed;
+  try {
+    // A fresh Learner per generation: the learning rate scales with the world.
+    TrainOptions scaled = train_;
+    if (elastic_.global_batch == 0) scaled.lr = train_.lr * world;
+    SeedTorch(static_cast<uint64_t>(train_.seed));
+    learner_ = std::make_unique<Learner>(
+        models::CreateModel(train_.model, train_set_->num_classes()),
+        MakeLearnerOptions(scaled, train_set_->num_classes()), torch::Device(torch::kCPU));
+    if (rank == 0 && !head_.Get(JobKey::kStarted)) {
+      if (train_.resume) {
+        const std::string path = CheckpointPath(train_.checkpoint_dir);
+        commit_ = Commit();
+        commit_.learner = ReadCheckpointFile(path);
+        Log("resuming from %s", path.c_str());
+      }
+      head_.Put(JobKey::kStarted, "1");
+    }
+    Sync(*comm, rank);
+    if (const std::optional<std::string> stop = head_.Get(JobKey::kStop)) {
+      if (rank == 0) WriteCheckpoint(commit_.learner);
+      outcome = Outcome::kStopped;
+    } else {
+      pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
+      outcome = Train(*comm, view, rank);
+    }
+  } catch (const CollectiveError& e) {
+    const TrainingProgress& p = learner_->progress();
+    Log("generation %llu failed (%s) at epoch %lld position %lld; restoring the last commit",
+        static_cast<unsigned long long>(generation_), e.what(), static_cast<long long>(p.epoch),
+        static_cast<long long>(p.position));
+    comm->Abort();
+    outcome = Outcome::kFailed;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_comm_ = nullptr;
+  }
+  return outcome;
+}
+
+int Worker::Run() {
+  if (train_.threads > 0) {
+    torch::set_num_threads(static_cast<int>(train_.threads));
+  } else {
+    torch::set_num_threads(1);  // one process per core is the fast split on CPUs
+  }
+  train_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTrain);
+  test_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTest);
+  train_size_ = Limit(train_set_->size(), train_.train_samples);
+  test_size_ = Limit(test_set_->size(), train_.test_samples);
+  sampler_ = std::make_unique<ElasticSampler>(train_size_, static_cast<uint64_t>(train_.seed));
+  LoaderOptions filler;
+  filler.batch_size = 1;
+  filler.augment = false;
+  filler.threads = 1;
+  filler_ = std::make_unique<Loader>(train_set_, filler);
+
+  // The initial commit: a freshly seeded model (rank 0's is what everyone gets).
+  SeedTorch(static_cast<uint64_t>(train_.seed));
+  learner_ = std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
+                                       MakeLearnerOptions(train_, train_set_->num_classes()),
+                                       torch::Device(torch::kCPU));
+  commit_.learner = learner_->CaptureState();
+
+  head_.Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
+  char hostname[256] = "localhost";
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  member_id_ = head_.RegisterMember(std::string("worker@") + hostname, node_id_,
+                                    runtime::Endpoint{"127.0.0.1", 0});
+  if (!elastic_.log_samples.empty()) {
+    MakeDirectories(elastic_.log_samples);
+    const std::string path =
+        elastic_.log_samples + "/samples-" + std::to_string(member_id_) + ".log";
+    sample_log_ = std::fopen(path.c_str(), "a");
+    if (sample_log_ == nullptr)
+      throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  Log("registered (node %llu); waiting for a view", static_cast<unsigned long long>(node_id_));
+
+  while (true) {
+    const std::optional<MembershipView> view = WaitForView();
+    if (!view) {
+      Log("leaving the job");
+      head_.Leave();
+      return kExitOk;
+    }
+    switch (RunGeneration(*view)) {
+      case Outcome::kDone:
+        Log("training finished");
+        return kExitOk;
+      case Outcome::kStopped:
+        Log("stopped: the driver gave up waiting for --min-workers");
+        return kExitBelowMinWorkers;
+      case Outcome::kChange:
+      case Outcome::kFailed:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+int RunWorker() {
+  struct sigaction action {};
+  action.sa_handler = OnTerminate;
+  ::sigaction(SIGTERM, &action, nullptr);
+  try {
+    const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
+    auto head = std::make_unique<runtime::HeadClient>(
+        env.ClientOptions("worker-" + std::to_string(env.worker_index)));
+    // The job's flags, the same for every worker wherever it was started.
+    const std::vector<std::string> args =
+        SplitJobArgs(head->Wait(JobKey::kArgs, std::chrono::seconds(60)));
+    TrainOptions train;
+    ElasticOptions elastic;
+    ParseJobArgs(args, &train, &elastic);
+    Worker worker(std::move(head), train, elastic, env.node_id);
+    return worker.Run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[worker pid %d] error: %s\n", static_cast<int>(::getpid()), e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace elastic::trainer
