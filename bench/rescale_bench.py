@@ -1,0 +1,351 @@
+"""Rescale latency: time from a membership change to the first completed
+training step of the new generation, ours (the elastic trainer) next to
+torchrun's restart of the PyTorch DDP peer (bench/ddp_peer.py), same model,
+batch, data and worker count, on this machine.
+
+Events:
+  kill  SIGKILL of one worker (not rank 0). Ours: the survivors rebuild the
+        communicator and go on from the last commit. torchrun: the agent
+        notices the dead worker (every --monitor_interval seconds), stops the
+        others and starts all of them again (--max_restarts), which load the
+        last checkpoint.
+  leave SIGTERM of one worker (not rank 0): the preemption notice. Ours: it
+        leaves at the next epoch boundary, the others go on. (torchrun
+        handles it as a failure, the same restart as kill.)
+  join  a worker is added. Ours: `--join HOST:PORT --workers 1` from another
+        process; admitted at the next epoch boundary. (torchrun has no join
+        without a second node agent and a restart of everyone; not measured.)
+
+The clock starts when this script sends the signal (kill) or starts the
+joining process (join), and stops when the first step of the new generation is
+seen: for ours the driver's line "driver: rescale: generation G (W workers,
+...): first step X s after the membership change", for torchrun the first
+`STEP {...}` line with the next restart count (its own wall-clock stamp).
+
+  /usr/bin/python3 bench/rescale_bench.py --ours BIN --data-dir DIR --workers 2,4,8
+BIN is a trainer binary with --workers (//trainer:cifar once it dispatches to
+the elastic trainer, or //trainer/elastic:elastic_cifar). The last line is the
+headline ratio (torchrun restart / our rescale) for the smallest world.
+"""
+
+import argparse
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's python3-torch
+
+
+class Job:
+    """A process group started by us whose output lines are read as they come,
+    each stamped with the wall-clock time it was read."""
+
+    def __init__(self, argv, env=None, log=None):
+        self.argv = argv
+        self.log = log
+        self.lines = queue.Queue()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True, text=True, bufsize=1)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.history = []
+
+    def _read(self):
+        for line in self.proc.stdout:
+            now = time.time()
+            if self.log:
+                self.log.write(f"{now:.3f} {line}")
+                self.log.flush()
+            self.lines.put((now, line.rstrip("\n")))
+        self.lines.put((time.time(), None))
+
+    def wait_for(self, predicate, timeout):
+        """The first line (read time, text, match) for which predicate(text)
+        returns a truthy value, or raises TimeoutError / RuntimeError."""
+        deadline = time.time() + timeout
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                raise TimeoutError(f"no expected line within {timeout:.0f} s from {self.argv[0]}")
+            try:
+                now, line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"{' '.join(self.argv[:3])}... exited with {self.proc.wait()} "
+                                   "before the expected line")
+            self.history.append((now, line))
+            found = predicate(line)
+            if found:
+                return now, line, found
+
+    def stop(self):
+        """SIGTERM to our process group, SIGKILL after 10 s."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+        # Children that outlived their parent in our group.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+RESCALE = re.compile(r"driver: rescale: generation (\d+) \((\d+) workers.*first step ([\d.]+) s")
+WORKER_RANK = re.compile(r"\[worker \d+ pid (\d+)\] params generation=(\d+) rank=(\d+)")
+LISTEN = re.compile(r"driver: head listening on ([\d.]+):(\d+)")
+STEP = re.compile(r"STEP (\{.*\})")
+START = re.compile(r"START (\{.*\})")
+
+
+def ours_argv(args, workers, token_file):
+    return [args.ours, f"--workers={workers}", f"--model={args.model}", "--dataset=cifar10",
+            f"--data-dir={args.data_dir}", "--epochs=1000", f"--batch-size={args.batch_size}",
+            "--threads=1", "--loader-threads=1", "--test-samples=64",
+            f"--commit-every={args.commit_every}", f"--token-file={token_file}",
+            "--log-every=1000000", f"--seed={args.seed}"]
+
+
+def wait_generation(job, workers, after_generation, timeout):
+    """The driver's rescale line of the first generation > after_generation
+    with `workers` workers: (read time, generation, driver-reported seconds)."""
+
+    def match(line):
+        m = RESCALE.search(line)
+        if m and int(m.group(1)) > after_generation and int(m.group(2)) == workers:
+            return m
+        return None
+
+    now, _, m = job.wait_for(match, timeout)
+    return now, int(m.group(1)), float(m.group(3))
+
+
+def published_after(job, since):
+    """Seconds from `since` to the driver's publication of the last view."""
+    times = [t for t, line in job.history if "driver: published generation" in line]
+    return times[-1] - since if times else None
+
+
+def ours_remove(args, workers, tmp, log, signum):
+    """kill (SIGKILL) or leave (SIGTERM: the preemption notice) of the
+    highest rank."""
+    job = Job(ours_argv(args, workers, os.path.join(tmp, "token")), log=log)
+    try:
+        _, generation, _ = wait_generation(job, workers, 0, args.timeout)
+        time.sleep(args.settle)  # a few steps in steady state
+        ranks = {}
+        for _, line in job.history:
+            m = WORKER_RANK.search(line)
+            if m and int(m.group(2)) == generation:
+                ranks[int(m.group(3))] = int(m.group(1))
+        if len(ranks) < workers:
+            raise RuntimeError(f"saw the ranks of {len(ranks)} of {workers} workers in the log")
+        victim = ranks[max(ranks)]
+        killed = time.time()
+        os.kill(victim, signum)
+        seen, _, reported = wait_generation(job, workers - 1, generation, args.timeout)
+        return {"seconds": seen - killed, "after_detection": reported,
+                "published": published_after(job, killed)}
+    finally:
+        job.stop()
+
+
+def ours_join(args, workers, tmp, log):
+    token = os.path.join(tmp, "token")
+    job = Job(ours_argv(args, workers - 1, token), log=log)
+    joiner = None
+    try:
+        _, _, listen = job.wait_for(LISTEN.search, args.timeout)
+        _, generation, _ = wait_generation(job, workers - 1, 0, args.timeout)
+        time.sleep(args.settle)
+        started = time.time()
+        joiner = Job([args.ours, f"--join={listen.group(1)}:{listen.group(2)}", "--workers=1",
+                      f"--token-file={token}"], log=log)
+        seen, _, reported = wait_generation(job, workers, generation, args.timeout)
+        return {"seconds": seen - started, "after_detection": reported,
+                "published": published_after(job, started)}
+    finally:
+        if joiner:
+            joiner.stop()
+        job.stop()
+
+
+def torchrun_kill(args, workers, tmp, log, monitor_interval):
+    argv = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+            "--standalone", f"--nproc_per_node={workers}", "--max_restarts=3"]
+    if monitor_interval is not None:
+        argv.append(f"--monitor_interval={monitor_interval}")
+    argv += [os.path.join(HERE, "ddp_peer.py"), f"--model={args.model}",
+             f"--data-dir={args.data_dir}", "--epochs=1000", f"--batch-size={args.batch_size}",
+             "--threads=1", "--no-eval", "--step-lines", f"--seed={args.seed}",
+             f"--checkpoint={os.path.join(tmp, f'ddp-{workers}-{monitor_interval}.pt')}",
+             f"--checkpoint-every={args.commit_every}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    job = Job(argv, env=env, log=log)
+
+    def step_of(restart, at_least):
+        def match(line):
+            m = STEP.search(line)
+            if m:
+                step = json.loads(m.group(1))
+                if step["restart"] == restart and step["step"] >= at_least:
+                    return step
+            return None
+        return match
+
+    try:
+        job.wait_for(step_of(0, 1), args.timeout)
+        time.sleep(args.settle)
+        peers = []
+        for child in psutil.Process(job.proc.pid).children(recursive=True):
+            try:
+                if "ddp_peer.py" in " ".join(child.cmdline()):
+                    peers.append((int(child.environ().get("LOCAL_RANK", "0")), child.pid))
+            except psutil.NoSuchProcess:
+                pass
+        if len(peers) < workers:
+            raise RuntimeError(f"found {len(peers)} of {workers} DDP workers")
+        victim = max(peers)[1]
+        killed = time.time()
+        os.kill(victim, signal.SIGKILL)
+        _, _, step = job.wait_for(step_of(1, 0), args.timeout)
+        result = {"seconds": step["time"] - killed}
+        # Where the time went: the restarted rank 0's START line says when its
+        # process began and how long importing torch and joining the group took.
+        for _, line in job.history:
+            m = START.search(line)
+            if m:
+                start = json.loads(m.group(1))
+                if start["restart"] == 1:
+                    result["respawn"] = start["time"] - killed
+                    result["import"] = start["import_seconds"]
+                    result["init"] = start["init_seconds"]
+        return result
+    finally:
+        job.stop()
+
+
+def fmt(result):
+    if isinstance(result, dict):
+        return f"{result['seconds']:.2f}"
+    return result  # why it was not measured
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ours", required=True, help="trainer binary with --workers")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--workers", default="2,4", help="comma-separated world sizes")
+    parser.add_argument("--events", default="kill,join")
+    parser.add_argument("--model", default="resnet8")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--commit-every", type=int, default=5,
+                        help="ours: steps between commits; the peer checkpoints as often")
+    parser.add_argument("--monitor-intervals", default="default,0.1",
+                        help="torchrun --monitor_interval values to measure ('default': not set)")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds of training before the change")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", default="", help="file for every process's output")
+    parser.add_argument("--json", default="", help="write the results here as JSON")
+    args = parser.parse_args()
+    if not os.path.isfile(os.path.join(args.data_dir, "data_batch_1.bin")):
+        print(f"rescale_bench: no CIFAR-10 binary files in {args.data_dir}", file=sys.stderr)
+        return 2
+    if not os.access(args.ours, os.X_OK):
+        print(f"rescale_bench: --ours {args.ours} is not an executable", file=sys.stderr)
+        return 2
+    worlds = [int(w) for w in args.workers.split(",")]
+    if min(worlds) < 2:
+        parser.error("--workers: every world needs at least 2 workers (one is removed or added)")
+    events = args.events.split(",")
+    for event in events:
+        if event not in ("kill", "leave", "join"):
+            parser.error(f"--events: unknown event {event!r} (kill, leave, join)")
+    intervals = [None if v == "default" else float(v)
+                 for v in args.monitor_intervals.split(",") if v]
+    log = open(args.log, "a") if args.log else None
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rescale_bench_") as tmp:
+        for workers in worlds:
+            for event in events:
+                row = {"event": event, "workers": workers}
+                try:
+                    if event == "kill":
+                        row["ours"] = ours_remove(args, workers, tmp, log, signal.SIGKILL)
+                    elif event == "leave":
+                        row["ours"] = ours_remove(args, workers, tmp, log, signal.SIGTERM)
+                    else:
+                        row["ours"] = ours_join(args, workers, tmp, log)
+                except (TimeoutError, RuntimeError, OSError) as e:
+                    row["ours"] = f"not measured: {e}"
+                for interval in intervals:
+                    key = f"torchrun_{'default' if interval is None else interval}"
+                    if event != "kill":
+                        row[key] = "n/a"
+                        continue
+                    try:
+                        row[key] = torchrun_kill(args, workers, tmp, log, interval)
+                    except (TimeoutError, RuntimeError, OSError) as e:
+                        row[key] = f"not measured: {e}"
+                rows.append(row)
+                print(f"# {json.dumps(row)}", flush=True)
+
+    keys = [f"torchrun_{'default' if i is None else i}" for i in intervals]
+    print(f"\nRescale latency, {args.model}, batch {args.batch_size}/worker, 1 thread/worker, "
+          f"seconds from the change to the first step of the new generation")
+    header = ["event", "workers", "ours_s", "ours_published_s", "ours_after_publish_s"] + [k + "_s" for k in keys]
+    header += [f"{k}/ours" for k in keys]
+    print(" | ".join(header))
+    headline = None
+    for row in rows:
+        ours = row["ours"]
+        measured = isinstance(ours, dict)
+        cells = [row["event"], str(row["workers"]), fmt(ours),
+                 f"{ours['published']:.2f}" if measured and ours["published"] else "-",
+                 f"{ours['after_detection']:.2f}" if measured else "-"]
+        cells += [fmt(row[k]) for k in keys]
+        for k in keys:
+            if isinstance(ours, dict) and isinstance(row[k], dict):
+                ratio = row[k]["seconds"] / ours["seconds"]
+                cells.append(f"{ratio:.1f}x")
+                if headline is None and row["event"] == "kill":
+                    headline = (row["workers"], k, ratio)
+            else:
+                cells.append("-")
+        print(" | ".join(cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f)
+    if headline:
+        # The smallest world, against the fastest torchrun setting measured.
+        row = next(r for r in rows if r["event"] == "kill" and r["workers"] == headline[0])
+        ratio, key = min((row[k]["seconds"] / row["ours"]["seconds"], k) for k in keys
+                         if isinstance(row[k], dict))
+        print(f"headline: kill of 1 of {headline[0]} workers: torchrun restart ({key}) / our "
+              f"rescale = {ratio:.1f}x (target >= 10x)")
+    else:
+        print("headline: not measured (see the rows above)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
