@@ -115,7 +115,7 @@ class NcclWork : public Work {
   cudaEvent_t event_;
   const std::string what_;
   const Clock::time_point deadline_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};
 };
 
 class NcclCommunicator : public Communicator {
