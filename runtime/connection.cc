@@ -311,7 +311,7 @@ void Connection::Tick() {
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::steady_clock::now().time_since_epoch())
                                 .count()));
-  Send(message);
+  Enqueue(message, false);
   auto self = shared_from_this();
   tick_timer_.expires_after(options_.heartbeat_interval);
   tick_timer_.async_wait([self](const asio::error_code& ec) {
@@ -319,19 +319,33 @@ void Connection::Tick() {
   });
 }
 
-bool Connection::Send(capnp::MessageBuilder& message) {
+bool Connection::Send(capnp::MessageBuilder& message) { return Enqueue(message, true); }
+
+bool Connection::Enqueue(capnp::MessageBuilder& message, bool bounded) {
   kj::Array<capnp::word> frame = EncodeFrame(message);
   const size_t bytes = frame.size() * sizeof(capnp::word);
   std::unique_lock<std::mutex> lock(send_mutex_);
   if (closed_) return false;
+  if (!bounded) {
+    // Heartbeats: a few bytes each, and they must not fail a connection
+    // whose queue is momentarily full of a large frame.
+    queue_.push_back(std::move(frame));
+    waiting_bytes_ += bytes;
+    ScheduleWriteLocked();
+    return true;
+  }
+  // Only bytes still waiting count: a large frame being written does not
+  // stop small ones (heartbeats, replies) from queuing behind it.
   auto has_room = [&] {
-    return closed_ || queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.max_send_queue_bytes;
+    return closed_ || waiting_bytes_ == 0 ||
+           waiting_bytes_ + bytes <= options_.max_send_queue_bytes;
   };
   if (!has_room()) {
     if (loop_.InLoopThread()) {
       // The loop must never block: a peer this far behind is stuck.
       lock.unlock();
-      Close("send queue full (" + std::to_string(queued_bytes_) + " bytes): peer is not reading");
+      Close("send queue full (" + std::to_string(waiting_bytes_) +
+            " bytes waiting): peer is not reading");
       return false;
     }
     if (!send_space_.wait_for(lock, options_.send_timeout, has_room)) {
@@ -343,13 +357,16 @@ bool Connection::Send(capnp::MessageBuilder& message) {
     if (closed_) return false;
   }
   queue_.push_back(std::move(frame));
-  queued_bytes_ += bytes;
-  if (!write_scheduled_) {
-    write_scheduled_ = true;
-    auto self = shared_from_this();
-    loop_.Post([self] { self->WriteQueued(); });
-  }
+  waiting_bytes_ += bytes;
+  ScheduleWriteLocked();
   return true;
+}
+
+void Connection::ScheduleWriteLocked() {
+  if (write_scheduled_) return;
+  write_scheduled_ = true;
+  auto self = shared_from_this();
+  loop_.Post([self] { self->WriteQueued(); });
 }
 
 void Connection::WriteQueued() {
@@ -363,11 +380,13 @@ void Connection::WriteQueued() {
       if (!close_after_flush_) return;
     } else {
       while (!queue_.empty() && in_flight_.size() < kMaxFramesPerWrite) {
+        waiting_bytes_ -= queue_.front().size() * sizeof(capnp::word);
         in_flight_.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
   }
+  send_space_.notify_all();
   if (in_flight_.empty()) {  // flushed everything before a CloseAfterFlush
     CloseOnLoop(flush_reason_);
     return;
@@ -378,18 +397,13 @@ void Connection::WriteQueued() {
     buffers.emplace_back(frame.begin(), frame.size() * sizeof(capnp::word));
   }
   auto self = shared_from_this();
-  asio::async_write(socket_, buffers, [self](const asio::error_code& ec, size_t written) {
+  asio::async_write(socket_, buffers, [self](const asio::error_code& ec, size_t) {
     if (self->state_.load() == State::kClosed) return;
     if (ec) {
       self->CloseOnLoop("write failed: " + ec.message());
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(self->send_mutex_);
-      self->queued_bytes_ -= written;
-      self->in_flight_.clear();
-    }
-    self->send_space_.notify_all();
+    self->in_flight_.clear();  // loop thread only
     self->WriteQueued();
   });
 }
@@ -425,6 +439,7 @@ void Connection::CloseOnLoop(const std::string& reason) {
     closed_ = true;
     close_reason_ = reason;
     queue_.clear();
+    waiting_bytes_ = 0;
   }
   send_space_.notify_all();
   handshake_timer_.cancel();

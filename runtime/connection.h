@@ -92,7 +92,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnHandshakeFrame(proto::Envelope::Reader envelope);
   void BecomeOpen();
   void Tick();
-  void ScheduleWrite();
+  bool Enqueue(capnp::MessageBuilder& message, bool bounded);
+  void ScheduleWriteLocked();  // with send_mutex_ held
   void WriteQueued();
   void CloseOnLoop(const std::string& reason);
 
@@ -118,7 +119,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable std::mutex send_mutex_;
   std::condition_variable send_space_;
   std::deque<kj::Array<capnp::word>> queue_;
-  size_t queued_bytes_ = 0;  // queued plus in flight
+  // Bytes in queue_ (not yet handed to the socket). Bounded by
+  // max_send_queue_bytes; what is being written (in_flight_) came from this
+  // queue, so memory stays within twice the bound plus one large frame.
+  size_t waiting_bytes_ = 0;
   bool write_scheduled_ = false;
   bool closed_ = false;
   bool close_after_flush_ = false;

@@ -180,6 +180,18 @@ TEST_F(TransportSecurityTest, OversizedFrameAfterAuthenticationClosesOnlyThatCli
   EXPECT_FALSE(good_->Get("huge").has_value());
 }
 
+TEST_F(TransportSecurityTest, FrameLargerThanTheSendQueueStillGoesThrough) {
+  StartHead();
+  HeadClientOptions options = Options();
+  options.transport.max_send_queue_bytes = 16 * 1024;
+  HeadClient small_queue(options);
+  // 4 MiB, 256 times the queue bound: sent alone, with heartbeats behind it.
+  const std::string big(4 << 20, 'q');
+  for (int i = 0; i < 3; ++i) small_queue.Put("big" + std::to_string(i), big);
+  EXPECT_EQ(good_->Get("big2").value(), big);
+  EXPECT_TRUE(small_queue.connected());
+}
+
 TEST_F(TransportSecurityTest, TruncatedFrameIsClosedByTheHandshakeTimeout) {
   HeadOptions options;
   options.transport.connect_timeout = milliseconds(1000);
