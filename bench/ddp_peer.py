@@ -249,7 +249,13 @@ def main():
     if rank == 0:
         emit("RESULT", kind="done", model=args.model, world=world, epochs=epoch, steps=step,
              elapsed_seconds=round(time.time() - _STARTED, 3), restart=restart)
-    dist.destroy_process_group()
+    dist.barrier()
+    # torch 1.13 can deadlock when the interpreter tears DDP down (the Reducer's
+    # ProcessGroupGloo destructor waits for a Gloo thread that waits for the
+    # GIL; seen here with 2 workers), so leave without running destructors.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
