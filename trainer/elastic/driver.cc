@@ -267,8 +267,11 @@ int Controller::Run() {
 
     if (!started_) {
       // The first generation: every local worker, or --min-workers after the timeout.
+      // Workers load the data set before they register: give them at least
+      // two minutes on a loaded machine, whatever --rendezvous-timeout says.
       const bool all_here = static_cast<int64_t>(joining.size()) >= elastic_.workers;
-      const bool timed_out = Clock::now() - start > timeout;
+      const bool timed_out =
+          Clock::now() - start > std::max<Clock::duration>(timeout, std::chrono::minutes(2));
       if (all_here || (timed_out && static_cast<int64_t>(joining.size()) >= elastic_.min_workers)) {
         started_ = true;
         Publish(joining, "start");
