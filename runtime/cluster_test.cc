@@ -304,6 +304,7 @@ TEST_F(ClusterTest, KilledMemberIsFailedEverywhereAndItsAsksFail) {
   ASSERT_EQ(sleeper.Ask("echo", "warm", kPatience).get(), "warm");  // connection is open
   auto pending = sleeper.Ask("sleep", "600000", seconds(600));
 
+  const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(victim_pid, SIGKILL), 0);
 
   // The pending ask fails with a clear error, not its (long) timeout.
@@ -315,7 +316,10 @@ TEST_F(ClusterTest, KilledMemberIsFailedEverywhereAndItsAsksFail) {
     EXPECT_NE(std::string(e.what()).find("lost"), std::string::npos) << e.what();
   }
   // The head, this subscriber and the other member's subscription all learn it.
+  // A dropped connection is noticed at once, long before any heartbeat
+  // timeout (20 s here); 10 s is the margin for a loaded machine.
   EXPECT_TRUE(WaitUntil([&] { return log_.Has(MembershipEventKind::kFailed, victim); }, kPatience));
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, seconds(10));
   EXPECT_EQ(observer_->Wait("saw-failed/1/" + std::to_string(victim), kPatience), "1");
   const MembershipUpdate after = head_->Membership();
   EXPECT_EQ(after.view.RankOf(victim), -1);
@@ -343,9 +347,13 @@ TEST_F(HeartbeatTest, SilentMemberIsFailedAfterHeartbeatTimeout) {
   const pid_t victim_pid = PidOf(victim);
   ASSERT_EQ(kill(victim_pid, SIGSTOP), 0);
   ASSERT_TRUE(WaitUntil([&] { return testing::ProcessStopped(victim_pid); }, kPatience));
+  const auto stopped_at = std::chrono::steady_clock::now();
   auto pending = frozen.Ask("echo", "anyone?", seconds(600));
 
   EXPECT_TRUE(WaitUntil([&] { return log_.Has(MembershipEventKind::kFailed, victim); }, kPatience));
+  // Within the 1 s heartbeat timeout, plus a 10 s margin for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped_at,
+            TransportOptions{}.heartbeat_timeout + seconds(10));
   auto failure = log_.Find(MembershipEventKind::kFailed, victim);
   ASSERT_TRUE(failure.has_value());
   EXPECT_NE(failure->detail.find("no heartbeat"), std::string::npos) << failure->detail;
