@@ -8,7 +8,8 @@
 #                                               ../shared/data/cifar10-subset)
 #
 # Knobs (environment): EPOCHS (10) and TARGET (0.40) for the accuracy rows,
-# MODEL (resnet8), BATCH (64 per worker), R18_STEPS (6; 0 skips ResNet18),
+# MODEL (resnet8), BATCH (64 per worker), R18_SAMPLES (384: ResNet18 trains 2 epochs
+# of the first 384 images; 0 skips it),
 # RESCALE (1; 0 skips the rescale rows), ALLREDUCE (1), OUT (a new temp dir; every
 # log is kept there), BAZEL (the bazel command, e.g. "bazel --output_base=..."),
 # OURS_BIN / ELASTIC_BIN / ALLREDUCE_BIN (use these binaries instead of building).
@@ -28,7 +29,7 @@ EPOCHS=${EPOCHS:-10}
 TARGET=${TARGET:-0.40}
 MODEL=${MODEL:-resnet8}
 BATCH=${BATCH:-64}
-R18_STEPS=${R18_STEPS:-6}
+R18_SAMPLES=${R18_SAMPLES:-384}
 RESCALE=${RESCALE:-1}
 ALLREDUCE=${ALLREDUCE:-1}
 OUT=${OUT:-$(mktemp -d /tmp/compare.XXXXXX)}
@@ -68,14 +69,21 @@ fi
 } >"$OUT/meta.txt"
 
 # --- runs ---------------------------------------------------------------------
-# run NAME COMMAND...: output in $OUT/NAME.log, wall seconds in $OUT/NAME.wall
+# Prefixes every line with the wall-clock time it arrived, so that both
+# systems' epochs are timed by the same clock (bash 5's EPOCHREALTIME).
+stamp() {
+  local line
+  while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
+}
+
+# run NAME COMMAND...: stamped output in $OUT/NAME.log, start/end/rc in $OUT/NAME.wall
 run() {
   local name=$1; shift
   say "$name: $*"
   local start end
   start=$(date +%s.%N)
-  timeout 1800 "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
+  timeout 1800 "$@" 2>&1 | stamp >"$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
   end=$(date +%s.%N)
   echo "$start $end $rc" >"$OUT/$name.wall"
   [[ $rc -eq 0 ]] || say "$name exited with $rc (see $OUT/$name.log)"
@@ -107,10 +115,10 @@ for w in 1 2; do
   ours "$w" "ours_${MODEL}_$w" "$MODEL" --epochs="$EPOCHS"
   ddp "$w" "ddp_${MODEL}_$w" "$MODEL" --epochs="$EPOCHS"
 done
-if [[ $R18_STEPS -gt 0 ]]; then
+if [[ $R18_SAMPLES -gt 0 ]]; then
   for w in 1 2; do
-    ours "$w" "ours_resnet18_$w" resnet18 --epochs=1 --max-steps="$R18_STEPS" --test-samples=128
-    ddp "$w" "ddp_resnet18_$w" resnet18 --epochs=1 --max-steps="$R18_STEPS" --test-samples=128
+    ours "$w" "ours_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=128
+    ddp "$w" "ddp_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=128
   done
 fi
 if [[ $RESCALE -eq 1 ]]; then
@@ -128,11 +136,12 @@ fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 
 # --- the table ----------------------------------------------------------------
-"$PY" - "$OUT" "$MODEL" "$EPOCHS" "$TARGET" "$BATCH" "$R18_STEPS" <<'EOF'
-import json, os, re, statistics, sys
+"$PY" - "$OUT" "$MODEL" "$EPOCHS" "$TARGET" "$BATCH" "$R18_SAMPLES" "$DATA" <<'EOF'
+import glob, json, os, re, statistics, sys
 
-out, model, epochs, target, batch, r18_steps = sys.argv[1:]
+out, model, epochs, target, batch, r18_samples, data = sys.argv[1:]
 epochs, target, batch = int(epochs), float(target), int(batch)
+TRAIN_IMAGES = sum(os.path.getsize(f) // 3073 for f in glob.glob(os.path.join(data, "data_batch_*.bin")))
 # Ours, single-process:  "epoch 3/10 train loss ... | test loss L acc A% | R img/s Ts lr X"
 # Ours, elastic:         "epoch 3/10 world 2 | train ... | test loss L acc A% | R img/s | Ts"
 OURS = re.compile(r"^epoch (\d+)/\d+ .*test loss \S+ acc ([\d.]+)% \| (\d+) img/s \|? ?([\d.]+)s")
@@ -147,29 +156,44 @@ def load(name):
     if not os.path.exists(base + ".log"):
         return "not run"
     epochs_seen = []
-    for line in open(base + ".log", errors="replace"):
+    for stamped in open(base + ".log", errors="replace"):
+        arrived, _, line = stamped.partition(" ")
         if "RESULT " in line:
             r = json.loads(line.split("RESULT ", 1)[1])
             if r["kind"] == "epoch":
-                epochs_seen.append(r)
+                epochs_seen.append(dict(r, arrived=float(arrived)))
         else:
             m = OURS.match(line.strip())
             if m:
                 epochs_seen.append({"images_per_second": float(m.group(3)),
                                     "test_accuracy": float(m.group(2)) / 100,
-                                    "epoch_seconds": float(m.group(4))})
+                                    "epoch_seconds": float(m.group(4)),
+                                    "arrived": float(arrived)})
     rc = open(base + ".wall").read().split()[2]
     if not epochs_seen:
         return f"failed (exit {rc}, see {base}.log)"
     return epochs_seen
 
 
-def rate(runs):
-    """Steady-state images/s: median over the epochs after the first."""
+def reported_rate(runs):
+    """Each system's own figure (images / its training seconds), median over
+    the epochs after the first."""
     if isinstance(runs, str):
         return None
     tail = runs[1:] or runs
     return statistics.median(r["images_per_second"] for r in tail)
+
+
+def epoch_rate(runs, images):
+    """The same clock for both: training images per epoch / seconds between
+    the arrivals of consecutive epoch lines (evaluation included), median; a
+    run of one epoch (ResNet18's few steps) falls back to the reported figure."""
+    if isinstance(runs, str):
+        return None
+    gaps = [b["arrived"] - a["arrived"] for a, b in zip(runs, runs[1:])]
+    if not gaps:
+        return reported_rate(runs)
+    return images / statistics.median(gaps)
 
 
 def wall(name):
@@ -204,13 +228,20 @@ def why(runs):
 
 
 headline = None
-models = [model] + (["resnet18"] if int(r18_steps) > 0 and model != "resnet18" else [])
+models = [model] + (["resnet18"] if int(r18_samples) > 0 and model != "resnet18" else [])
 for m in models:
-    note = f", {r18_steps} steps" if m == "resnet18" else f", {epochs} epochs"
+    images = int(r18_samples) if m == "resnet18" else TRAIN_IMAGES
+    note = (f", 2 epochs of {images} images" if m == "resnet18" else f", {epochs} epochs")
+    rate = lambda runs: epoch_rate(runs, images)
     ours1, ddp1 = load(f"ours_{m}_1"), load(f"ddp_{m}_1")
     ours2, ddp2 = load(f"ours_{m}_2"), load(f"ddp_{m}_2")
     o1, d1, o2, d2 = rate(ours1), rate(ddp1), rate(ours2), rate(ddp2)
-    rows.append((f"{m} images/s, 1 worker{note}", num(o1) if o1 else why(ours1),
+    if m == model:
+        for w, o, d in ((1, ours1, ddp1), (2, ours2, ddp2)):
+            ro, rd = reported_rate(o), reported_rate(d)
+            rows.append((f"{m} images/s as each reports it (training time only), {w} worker(s)",
+                         num(ro) if ro else why(o), num(rd) if rd else why(d), ratio(ro, rd)))
+    rows.append((f"{m} images/s, 1 worker{note} (epoch to epoch, eval included)", num(o1) if o1 else why(ours1),
                  num(d1) if d1 else why(ddp1), ratio(o1, d1)))
     rows.append((f"{m} images/s, 2 workers (whole job)", num(o2) if o2 else why(ours2),
                  num(d2) if d2 else why(ddp2), ratio(o2, d2)))
@@ -234,12 +265,12 @@ for m in models:
             rows.append((f"{m} epochs / training+eval seconds to {target:.0%} test acc, {w} worker(s)",
                          f"{to[0]} / {to[1]:.1f}" if to else ("not reached" if not isinstance(o, str) else "-"),
                          f"{td[0]} / {td[1]:.1f}" if td else ("not reached" if not isinstance(d, str) else "-"),
-                         ratio(td[1], to[1]) + " faster" if to and td else "-"))
+                         ratio(td[1], to[1]) if to and td else "-"))
             wo = wall(f"ours_{m}_{w}") if not isinstance(o, str) else None
             wd = wall(f"ddp_{m}_{w}") if not isinstance(d, str) else None
             rows.append((f"{m} wall seconds for the whole run (start-up included), {w} worker(s)",
                          num(wo, "{:.1f}") if wo else "-", num(wd, "{:.1f}") if wd else "-",
-                         ratio(wd, wo) + " faster" if wo and wd else "-"))
+                         ratio(wd, wo) if wo and wd else "-"))
 
 # Rescale: ours kill -> first step vs torchrun restart.
 skip = os.path.join(out, "rescale.skip")
@@ -255,7 +286,7 @@ elif os.path.exists(os.path.join(out, "rescale.json")):
             t = theirs["seconds"] if isinstance(theirs, dict) else theirs
             rows.append((f"rescale: {r['event']} 1 of {r['workers']} workers -> first step, s (torchrun {setting})",
                          num(o, "{:.2f}"), num(t, "{:.2f}"),
-                         ratio(t, o, "{:.1f}x") + " faster" if isinstance(o, float) and isinstance(t, float) else "-"))
+                         ratio(t, o, "{:.1f}x") if isinstance(o, float) and isinstance(t, float) else "-"))
 elif os.path.exists(os.path.join(out, "rescale.log")):
     rows.append(("rescale", f"failed, see {out}/rescale.log", "-", "-"))
 
@@ -319,7 +350,7 @@ def svg_plot(path, title, series):
 
 points = {}
 for who in ("ours", "ddp"):
-    pts = {w: rate(load(f"{who}_{model}_{w}")) for w in (1, 2)}
+    pts = {w: epoch_rate(load(f"{who}_{model}_{w}"), TRAIN_IMAGES) for w in (1, 2)}
     points[who] = {w: v for w, v in pts.items() if v}
 if points["ours"] or points["ddp"]:
     series = {}
@@ -336,7 +367,7 @@ meta = open(os.path.join(out, "meta.txt")).read().strip().replace("\n", "; ")
 print(f"# {meta}")
 print(f"# batch {batch}/worker, lr 0.1 x workers, cosine over the run, 1 thread/worker; "
       f"ours = //trainer elastic (--workers N); DDP = bench/ddp_peer.py under torchrun; logs in {out}")
-print("| metric | ours | PyTorch DDP | ours vs DDP |")
+print("| metric | ours | PyTorch DDP | ours vs DDP (>1: ours better) |")
 print("| --- | --- | --- | --- |")
 for r in rows:
     print("| " + " | ".join(str(c) for c in r) + " |")

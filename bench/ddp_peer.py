@@ -123,6 +123,8 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument("--train-samples", type=int, default=0,
+                        help="train on the first N training images only; 0: all of them")
     parser.add_argument("--test-samples", type=int, default=0, help="0: the whole test set")
     parser.add_argument("--no-eval", action="store_true", help="skip the test set")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
@@ -170,6 +172,8 @@ def main():
     if count != PARAMETERS[args.model]:
         sys.exit(f"ddp_peer: {args.model} has {count} parameters, expected {PARAMETERS[args.model]}")
     images, labels = load_cifar10(args.data_dir)
+    if args.train_samples > 0:
+        images, labels = images[:args.train_samples], labels[:args.train_samples]
     test_images, test_labels = load_test_set(args.data_dir, args.test_samples)
     base_lr = args.lr * world  # ours: per-worker --lr x world size
     optimizer = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=args.momentum,

@@ -138,7 +138,8 @@ def wait_generation(job, workers, after_generation, timeout):
 
 def published_after(job, since):
     """Seconds from `since` to the driver's publication of the last view."""
-    times = [t for t, line in job.history if "driver: published generation" in line]
+    times = [t for t, line in job.history
+             if t >= since and "driver: published generation" in line]
     return times[-1] - since if times else None
 
 
