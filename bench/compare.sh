@@ -106,7 +106,12 @@ ours() {
 # ddp WORKERS NAME MODEL FLAGS...
 ddp() {
   local workers=$1 name=$2 model=$3; shift 3
-  run "$name" "$PY" -m torch.distributed.run --redirects 1 --tee 1 --standalone \
+  # As --standalone, but on a free port: --standalone's fixed 29400 collides
+  # with any other torchrun on the machine.
+  local port
+  port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  run "$name" "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes=1 \
+    --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="compare$$" \
     --nproc_per_node="$workers" bench/ddp_peer.py --model="$model" --data-dir="$DATA" \
     --batch-size="$BATCH" --threads=1 --seed=0 "$@"
 }

@@ -34,6 +34,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -187,9 +188,23 @@ def ours_join(args, workers, tmp, log):
         job.stop()
 
 
+def free_port():
+    """A port the OS has just given out and taken back (torchrun needs a number;
+    --standalone's fixed 29400 collides with any other torchrun on the machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_argv(workers):
+    """torchrun of one node, as --standalone but on a free port."""
+    return [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+            "--nnodes=1", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+            f"--rdzv_id=bench{os.getpid()}", f"--nproc_per_node={workers}"]
+
+
 def torchrun_kill(args, workers, tmp, log, monitor_interval):
-    argv = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-            "--standalone", f"--nproc_per_node={workers}", "--max_restarts=3"]
+    argv = torchrun_argv(workers) + ["--max_restarts=3"]
     if monitor_interval is not None:
         argv.append(f"--monitor_interval={monitor_interval}")
     argv += [os.path.join(HERE, "ddp_peer.py"), f"--model={args.model}",
