@@ -352,4 +352,57 @@ TEST(ElasticTest, BelowMinWorkersStopsWithCheckpoint) {
   EXPECT_EQ(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0) << output;
 }
 
+// Random kills, graceful leaves and joins for a bounded time (seeded, so a
+// failure replays), then the job must finish with the invariants intact.
+TEST(ElasticTest, ChaosThenInvariants) {
+  const std::string dir = TempDir("chaos");
+  std::vector<std::string> args = JobArgs(dir, 4, 4);
+  args.push_back("--token-file=" + dir + "/token");
+  Process driver(args, dir + "/driver.log");
+  const std::smatch listen =
+      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
+  ASSERT_FALSE(listen.empty()) << driver.Output();
+  const std::string port = listen[1];
+  ASSERT_TRUE(WaitForStep(driver, 1, 2)) << driver.Output();
+
+  std::mt19937 random(20261122);
+  std::vector<std::unique_ptr<Process>> joiners;
+  std::set<pid_t> hit;
+  for (int event = 0; event < 5; ++event) {
+    std::this_thread::sleep_for(std::chrono::seconds(4 + random() % 6));
+    // Live workers: every pid that logged a sync and was not hit yet.
+    const std::string output = driver.Output();
+    std::vector<pid_t> live;
+    const std::regex re("\\[worker \\d+ pid (\\d+)\\] params generation=");
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+         it != std::sregex_iterator(); ++it) {
+      const pid_t pid = static_cast<pid_t>(std::stol((*it)[1]));
+      if (hit.count(pid) == 0 && std::find(live.begin(), live.end(), pid) == live.end() &&
+          ::kill(pid, 0) == 0)
+        live.push_back(pid);
+    }
+    const int action = static_cast<int>(random() % 3);
+    if (action == 2 || live.size() <= 2) {
+      joiners.push_back(std::make_unique<Process>(
+          std::vector<std::string>{kBinary, "--join=127.0.0.1:" + port, "--workers=1",
+                                   "--token-file=" + dir + "/token"},
+          dir + "/join" + std::to_string(event) + ".log"));
+    } else {
+      const pid_t victim = live[random() % live.size()];
+      hit.insert(victim);
+      ASSERT_EQ(::kill(victim, action == 0 ? SIGKILL : SIGTERM), 0);
+    }
+  }
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(500)), 0) << driver.Output();
+  std::string output = driver.Output();
+  for (auto& joiner : joiners) {
+    // Joined or still pending when the job ended: either way a clean exit.
+    EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << joiner->Output();
+    output += joiner->Output();
+  }
+  EXPECT_GE(FinalAccuracy(output), 45.0) << output;
+  CheckChecksums(output);
+  CheckSamples(dir, 4);
+}
+
 }  // namespace

@@ -223,6 +223,14 @@ int Controller::Run() {
     if (const std::optional<std::string> done = kv_.Get(JobKey::kDone)) {
       PollReports();
       Say(*done);
+      // Keep the head up until every worker, pending joiners included, has
+      // read that the job is done and left (they poll it about once a second).
+      const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
+      while (Clock::now() < deadline) {
+        const MembershipUpdate m = head_.Membership();
+        if (m.view.members.empty() && m.pending.empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       return kExitOk;
     }
     const MembershipUpdate m = head_.Membership();
