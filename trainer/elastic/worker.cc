@@ -631,9 +631,11 @@ int Worker::Run() {
     switch (RunGeneration(*view)) {
       case Outcome::kDone:
         Log("training finished");
+        head_.Leave();  // a goodbye, so the head does not count it as a failure
         return kExitOk;
       case Outcome::kStopped:
         Log("stopped: the driver gave up waiting for --min-workers");
+        head_.Leave();
         return kExitBelowMinWorkers;
       case Outcome::kChange:
       case Outcome::kFailed:
