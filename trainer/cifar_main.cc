@@ -1,11 +1,15 @@
-// cifar: trains a pytorch-cifar model on CIFAR-10 or Fashion-MNIST in one
-// process. Every flag is in docs/flags.md and in --help.
+// cifar: trains a pytorch-cifar model on CIFAR-10 or Fashion-MNIST, in this
+// process, or elastically over worker processes with --workers N / --join
+// (trainer/elastic/elastic.h, docs/elastic.md). Every flag is in
+// docs/flags.md and in --help.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "models/registry.h"
+#include "trainer/elastic/elastic.h"
+#include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
 #include "trainer/train_options.h"
 #include "trainer/trainer.h"
@@ -19,7 +23,11 @@ using elastic::trainer::TrainOptions;
 constexpr char kSummary[] =
     "Trains an image classifier of the pytorch-cifar model zoo on CIFAR-10 or Fashion-MNIST,\n"
     "with the training recipe of pytorch-cifar (SGD, momentum 0.9, weight decay 5e-4, cosine\n"
-    "schedule over 200 epochs, batch 128) unless the flags say otherwise.";
+    "schedule over 200 epochs, batch 128) unless the flags say otherwise.\n"
+    "Without --workers it trains in this process; --workers N starts a head and N worker\n"
+    "processes that train data-parallel and can join (--join HOST:PORT --workers K\n"
+    "--token-file F from another shell or machine), leave (SIGTERM) or die (kill -9)\n"
+    "between and during epochs.";
 
 int ListModels() {
   std::printf("%-18s %14s  %s\n", "model", "parameters", "architecture");
@@ -45,8 +53,10 @@ void PrintPerClass(const elastic::trainer::EvalResult& eval,
 
 int main(int argc, char** argv) {
   TrainOptions options;
+  elastic::trainer::ElasticOptions elastic_options;
   FlagSet flags("cifar", kSummary);
   elastic::trainer::RegisterTrainFlags(flags, options);
+  elastic::trainer::RegisterElasticFlags(flags, elastic_options);
   try {
     flags.Parse(argc, argv);
     if (flags.help_requested()) {
@@ -56,11 +66,16 @@ int main(int argc, char** argv) {
     std::vector<std::string> models;
     for (const auto& info : elastic::models::AvailableModels()) models.push_back(info.name);
     elastic::trainer::ValidateTrainOptions(options, models);
+    elastic::trainer::ValidateElasticOptions(elastic_options, options);
   } catch (const FlagError& e) {
     std::fprintf(stderr, "cifar: %s\n", e.what());
     return 2;
   }
   if (options.list_models) return ListModels();
+  if (elastic::trainer::IsElasticRun(elastic_options)) {
+    return elastic::trainer::RunElastic(elastic_options, options,
+                                        std::vector<std::string>(argv + 1, argv + argc));
+  }
 
   try {
     auto trainer = elastic::trainer::Trainer::FromOptions(options, stdout);
