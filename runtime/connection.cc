@@ -447,11 +447,12 @@ void Connection::CloseOnLoop(const std::string& reason) {
   asio::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
-  // An orderly close is news; a protocol violation or a dead peer is a warning.
+  // An orderly close is routine (the head logs what it means for membership);
+  // a protocol violation or a dead peer is a warning.
   const bool orderly = reason == "peer closed the connection" || reason == "client closed" ||
                        reason == "head shutting down" || reason == "actor system stopping";
   if (orderly) {
-    ELASTIC_LOG(kInfo, "transport", "connection " << peer_ << " closed: " << reason);
+    ELASTIC_LOG(kDebug, "transport", "connection " << peer_ << " closed: " << reason);
   } else {
     ELASTIC_LOG(kWarning, "transport", "connection " << peer_ << " closed: " << reason);
   }
