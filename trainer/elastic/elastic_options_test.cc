@@ -1,0 +1,78 @@
+#include "trainer/elastic/elastic_options.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trainer/elastic/job_keys.h"
+
+namespace elastic::trainer {
+namespace {
+
+void ExpectFlagError(const ElasticOptions& options, const std::string& names) {
+  try {
+    ValidateElasticOptions(options, TrainOptions());
+    FAIL() << "accepted, expected an error naming " << names;
+  } catch (const FlagError& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+}
+
+TEST(ElasticOptionsTest, ImpossibleCombinationsNameTheFlag) {
+  ElasticOptions o;
+  o.workers = 2;
+  ValidateElasticOptions(o, TrainOptions());  // the defaults are valid
+
+  ElasticOptions join = o;
+  join.join = "head:6380";
+  ExpectFlagError(join, "--token-file");
+  join.token_file = "token";
+  join.workers = 0;
+  ExpectFlagError(join, "--workers");
+  join.workers = 1;
+  join.join = "head";
+  ExpectFlagError(join, "--join");
+  join.join = "head:99999";
+  ExpectFlagError(join, "--join");
+
+  ElasticOptions bounds = o;
+  bounds.min_workers = 4;
+  bounds.max_workers = 3;
+  ExpectFlagError(bounds, "--max-workers");
+  bounds = o;
+  bounds.commit_every = 0;
+  ExpectFlagError(bounds, "--commit-every");
+  bounds = o;
+  bounds.rendezvous_timeout = 0;
+  ExpectFlagError(bounds, "--rendezvous-timeout");
+}
+
+TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
+  TrainOptions train;
+  ElasticOptions elastic;
+  ParseJobArgs({"--workers=4", "--model=resnet8", "--min-workers", "2", "--commit-every=5",
+                "--join=10.0.0.1:6380", "--role=worker"},
+               &train, &elastic);
+  EXPECT_EQ(elastic.workers, 4);
+  EXPECT_EQ(train.model, "resnet8");
+  EXPECT_EQ(elastic.min_workers, 2);
+  EXPECT_EQ(elastic.commit_every, 5);
+  EXPECT_EQ(elastic.role, "worker");
+  EXPECT_TRUE(IsElasticRun(elastic));
+  std::string host;
+  uint16_t port = 0;
+  ParseHostPort(elastic.join, &host, &port);
+  EXPECT_EQ(host, "10.0.0.1");
+  EXPECT_EQ(port, 6380);
+  EXPECT_THROW(ParseJobArgs({"--role=driver"}, &train, &elastic), FlagError);
+  EXPECT_FALSE(IsElasticRun(ElasticOptions()));
+}
+
+TEST(ElasticOptionsTest, JobArgsRoundTripThroughBytes) {
+  const std::vector<std::string> args = {"--workers=4", "", "--data-dir=/a b/c", "--lr=0.1"};
+  EXPECT_EQ(SplitJobArgs(JoinJobArgs(args)), args);
+  EXPECT_TRUE(SplitJobArgs("").empty());
+}
+
+}  // namespace
+}  // namespace elastic::trainer
