@@ -1,0 +1,113 @@
+#include "trainer/elastic/job_metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "monitoring/run_report.h"
+
+namespace elastic::trainer {
+
+std::optional<ProgressReport> ParseProgressReport(const std::string& line) {
+  ProgressReport p;
+  unsigned long long generation = 0;
+  long long epoch = 0, step = 0, steps = 0, in_epoch = 0;
+  if (std::sscanf(line.c_str(), "%llu %lld %lld %lld %lld %lf %lf %lf %lf %d", &generation, &epoch,
+                  &step, &steps, &in_epoch, &p.seen, &p.loss, &p.accuracy, &p.lr, &p.world) != 10) {
+    return std::nullopt;
+  }
+  p.generation = generation;
+  p.epoch = epoch;
+  p.step = step;
+  p.steps_in_epoch = steps;
+  p.step_in_epoch = in_epoch;
+  return p;
+}
+
+std::optional<EpochReport> ParseEpochReport(const std::string& line) {
+  EpochReport e;
+  long long epoch = 0, epochs = 0;
+  double train_pct = 0, test_pct = 0;
+  if (std::sscanf(line.c_str(),
+                  "epoch %lld/%lld world %d | train loss %lf acc %lf%% | test loss %lf acc %lf%% | "
+                  "%lf img/s | %lfs",
+                  &epoch, &epochs, &e.world, &e.train_loss, &train_pct, &e.test_loss, &test_pct,
+                  &e.images_per_second, &e.seconds) != 9) {
+    return std::nullopt;
+  }
+  e.epoch = epoch;
+  e.train_accuracy = train_pct / 100;
+  e.test_accuracy = test_pct / 100;
+  return e;
+}
+
+JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_default) {
+  try {
+    exposer_ = std::make_unique<monitoring::MetricsExposer>(options);
+    exposer_->Serve(metrics_.registry());
+  } catch (const monitoring::MetricsError& e) {
+    if (!port_is_default) throw;
+    std::fprintf(stderr, "driver: warning: no metrics endpoint (%s); choose --metrics-port\n",
+                 e.what());
+  }
+}
+
+std::string JobMetrics::url() const { return exposer_ ? exposer_->url() : ""; }
+
+void JobMetrics::OnGeneration(int64_t generation, int64_t world,
+                              std::optional<monitoring::MembershipChangeReason> reason,
+                              uint64_t changed) {
+  metrics_.SetGeneration(generation);
+  metrics_.SetWorldSize(world);
+  metrics_.RetainRanks(world);
+  if (reason && changed > 0) metrics_.RecordMembershipChange(*reason, changed);
+  history_.RecordWorldSize(world, generation, reason);
+}
+
+void JobMetrics::OnRescale(double seconds) {
+  if (seconds >= 0) metrics_.ObserveRescaleDuration(seconds);
+}
+
+void JobMetrics::OnProgress(const ProgressReport& p) {
+  const auto now = std::chrono::steady_clock::now();
+  metrics_.SetEpoch(p.epoch);
+  metrics_.SetStep(p.step);
+  if (std::isfinite(p.loss)) metrics_.SetTrainLoss(p.loss);
+  if (p.accuracy >= 0 && p.accuracy <= 1) metrics_.SetTrainAccuracy(p.accuracy);
+  if (p.lr >= 0) {
+    metrics_.SetLearningRate(p.lr);
+    lr_ = p.lr;
+  }
+  // Samples since the last report of the same epoch and generation; a restore
+  // rewinds `seen`, and then nothing new was trained yet.
+  if (last_progress_ && last_progress_->epoch == p.epoch &&
+      last_progress_->generation == p.generation && p.seen > last_progress_->seen) {
+    const double samples = p.seen - last_progress_->seen;
+    metrics_.AddSamplesProcessed(static_cast<uint64_t>(samples));
+    const double seconds = std::chrono::duration<double>(now - last_progress_time_).count();
+    if (seconds > 0) metrics_.SetImagesPerSecond(samples / seconds);
+  }
+  last_progress_ = p;
+  last_progress_time_ = now;
+}
+
+void JobMetrics::OnEpoch(const EpochReport& e) {
+  metrics_.SetTestAccuracy(e.test_accuracy);
+  metrics_.SetImagesPerSecond(e.images_per_second);
+  monitoring::EpochRecord record;
+  record.epoch = e.epoch;
+  record.train_loss = e.train_loss;
+  record.train_accuracy = e.train_accuracy;
+  record.test_accuracy = e.test_accuracy;
+  record.images_per_second = e.images_per_second;
+  record.learning_rate = lr_;
+  record.world_size = e.world;
+  history_.RecordEpoch(record);
+}
+
+std::string JobMetrics::WriteReport(const std::string& run_dir, const std::string& title) {
+  monitoring::RunReportOptions options;
+  options.title = title;
+  return monitoring::WriteRunReport(history_.Snapshot(), run_dir, options);
+}
+
+}  // namespace elastic::trainer

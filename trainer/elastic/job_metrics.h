@@ -1,0 +1,76 @@
+// What the driver of an elastic job exports while it runs, and the report it
+// leaves behind: the Prometheus endpoint (monitoring/) fed from the progress,
+// epoch and membership news that rank 0 and the head give the driver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "monitoring/membership_reason.h"
+#include "monitoring/metrics_exposer.h"
+#include "monitoring/run_history.h"
+#include "monitoring/training_metrics.h"
+
+namespace elastic::trainer {
+
+// Rank 0's progress value (JobKey::kProgress), one line of numbers.
+struct ProgressReport {
+  uint64_t generation = 0;
+  int64_t epoch = 0;  // 0-based
+  int64_t step = 0;   // optimizer steps in all
+  int64_t steps_in_epoch = 0;
+  int64_t step_in_epoch = 0;
+  double seen = 0;  // samples trained on in this epoch since its start
+  double loss = 0;
+  double accuracy = 0;  // in [0, 1]
+  double lr = 0;
+  int world = 0;
+};
+std::optional<ProgressReport> ParseProgressReport(const std::string& line);
+
+// Rank 0's epoch summary line (JobKey::Epoch), as printed to the user.
+struct EpochReport {
+  int64_t epoch = 0;  // 1-based, as printed
+  int world = 0;
+  double train_loss = 0, train_accuracy = 0;  // accuracy in [0, 1]
+  double test_loss = 0, test_accuracy = 0;
+  double images_per_second = 0;
+  double seconds = 0;
+};
+std::optional<EpochReport> ParseEpochReport(const std::string& line);
+
+class JobMetrics {
+ public:
+  // Serves the metrics on options' address and port. When that port is taken
+  // and it was only the default, the job runs without an endpoint (a warning
+  // says so); an explicitly chosen port that cannot be bound is an error.
+  JobMetrics(const monitoring::MetricsOptions& options, bool port_is_default);
+
+  // "" when no endpoint is served.
+  std::string url() const;
+
+  void OnGeneration(int64_t generation, int64_t world,
+                    std::optional<monitoring::MembershipChangeReason> reason, uint64_t changed);
+  void OnRescale(double seconds);
+  void OnProgress(const ProgressReport& progress);
+  void OnEpoch(const EpochReport& epoch);
+
+  // Writes <run_dir>/report.html; returns its path.
+  std::string WriteReport(const std::string& run_dir, const std::string& title);
+
+  monitoring::TrainingMetrics& metrics() { return metrics_; }
+
+ private:
+  monitoring::TrainingMetrics metrics_;
+  monitoring::RunHistory history_;
+  std::unique_ptr<monitoring::MetricsExposer> exposer_;
+  double lr_ = 0;
+  // For images/s and the samples counter between two progress reports.
+  std::optional<ProgressReport> last_progress_;
+  std::chrono::steady_clock::time_point last_progress_time_;
+};
+
+}  // namespace elastic::trainer
