@@ -9,7 +9,7 @@
 #
 # Knobs (environment): EPOCHS (10) and TARGET (0.40) for the accuracy rows,
 # MODEL (resnet8), BATCH (64 per worker), R18_SAMPLES (384: ResNet18 trains 2 epochs
-# of the first 384 images; 0 skips it),
+# of the first 384 images, 64 test images; 0 skips it),
 # RESCALE (1; 0 skips the rescale rows), ALLREDUCE (1), OUT (a new temp dir; every
 # log is kept there), BAZEL (the bazel command, e.g. "bazel --output_base=..."),
 # OURS_BIN / ELASTIC_BIN / ALLREDUCE_BIN (use these binaries instead of building).
@@ -122,8 +122,8 @@ for w in 1 2; do
 done
 if [[ $R18_SAMPLES -gt 0 ]]; then
   for w in 1 2; do
-    ours "$w" "ours_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=128
-    ddp "$w" "ddp_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=128
+    ours "$w" "ours_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=64
+    ddp "$w" "ddp_resnet18_$w" resnet18 --epochs=2 --train-samples="$R18_SAMPLES" --test-samples=64
   done
 fi
 if [[ $RESCALE -eq 1 ]]; then
@@ -236,8 +236,15 @@ headline = None
 models = [model] + (["resnet18"] if int(r18_samples) > 0 and model != "resnet18" else [])
 for m in models:
     images = int(r18_samples) if m == "resnet18" else TRAIN_IMAGES
-    note = (f", 2 epochs of {images} images" if m == "resnet18" else f", {epochs} epochs")
-    rate = lambda runs: epoch_rate(runs, images)
+    if m == "resnet18":
+        # A few steps per epoch: the epoch boundary (evaluation, commit) would
+        # dominate the epoch-to-epoch clock, so the figure of the second epoch's
+        # training time as each system reports it.
+        note = f", epoch 2 of 2 x {images} images, training time as each reports it"
+        rate = lambda runs: None if isinstance(runs, str) else runs[-1]["images_per_second"]
+    else:
+        note = f", {epochs} epochs, epoch to epoch (eval included)"
+        rate = lambda runs: epoch_rate(runs, images)
     ours1, ddp1 = load(f"ours_{m}_1"), load(f"ddp_{m}_1")
     ours2, ddp2 = load(f"ours_{m}_2"), load(f"ddp_{m}_2")
     o1, d1, o2, d2 = rate(ours1), rate(ddp1), rate(ours2), rate(ddp2)
@@ -246,7 +253,7 @@ for m in models:
             ro, rd = reported_rate(o), reported_rate(d)
             rows.append((f"{m} images/s as each reports it (training time only), {w} worker(s)",
                          num(ro) if ro else why(o), num(rd) if rd else why(d), ratio(ro, rd)))
-    rows.append((f"{m} images/s, 1 worker{note} (epoch to epoch, eval included)", num(o1) if o1 else why(ours1),
+    rows.append((f"{m} images/s, 1 worker{note}", num(o1) if o1 else why(ours1),
                  num(d1) if d1 else why(ddp1), ratio(o1, d1)))
     rows.append((f"{m} images/s, 2 workers (whole job)", num(o2) if o2 else why(ours2),
                  num(d2) if d2 else why(ddp2), ratio(o2, d2)))
@@ -299,8 +306,8 @@ elif os.path.exists(os.path.join(out, "rescale.log")):
 log = os.path.join(out, "allreduce.log")
 if os.path.exists(log):
     best = None
-    for line in open(log):
-        f = line.split()
+    for stamped in open(log):
+        f = stamped.split()[1:]  # after the arrival stamp
         if len(f) == 7 and f[0] == "2" and f[1].isdigit():
             best = f
     if best:
@@ -343,7 +350,8 @@ def svg_plot(path, title, series):
         for w in ws:
             if not dash:
                 e.append(f'<circle cx="{px(w):.1f}" cy="{py(pts[w]):.1f}" r="3.5" fill="{colour}"/>')
-                e.append(f'<text x="{px(w) + 6:.1f}" y="{py(pts[w]) - 6:.1f}">{pts[w]:.0f}</text>')
+                dy = -6 if k % 2 == 0 else 16  # alternate above/below so labels do not collide
+                e.append(f'<text x="{px(w) + 6:.1f}" y="{py(pts[w]) + dy:.1f}">{pts[w]:.0f}</text>')
         y = T + 10 + 18 * k
         e.append(f'<line x1="{W - R + 10}" y1="{y}" x2="{W - R + 30}" y2="{y}" stroke="{colour}" '
                  f'stroke-width="2"{dash}/>')
