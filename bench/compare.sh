@@ -379,7 +379,7 @@ if points["ours"] or points["ddp"]:
 meta = open(os.path.join(out, "meta.txt")).read().strip().replace("\n", "; ")
 print(f"# {meta}")
 print(f"# batch {batch}/worker, lr 0.1 x workers, cosine over the run, 1 thread/worker; "
-      f"ours = //trainer elastic (--workers N); DDP = bench/ddp_peer.py under torchrun; logs in {out}")
+      f"ours = //trainer:cifar --workers N (elastic); DDP = bench/ddp_peer.py under torchrun; logs in {out}")
 print("| metric | ours | PyTorch DDP | ours vs DDP (>1: ours better) |")
 print("| --- | --- | --- | --- |")
 for r in rows:
