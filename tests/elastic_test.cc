@@ -354,6 +354,40 @@ TEST(ElasticTest, BelowMinWorkersStopsWithCheckpoint) {
   EXPECT_EQ(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0) << output;
 }
 
+// A node whose workers fail repeatedly is excluded (and the job goes on).
+TEST(ElasticTest, NodeWithRepeatedFailuresIsBlacklisted) {
+  const std::string dir = TempDir("blacklist");
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--token-file=" + dir + "/token");
+  args.push_back("--blacklist-after=2");
+  Process driver(args, dir + "/driver.log");
+  const std::smatch listen =
+      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
+  ASSERT_FALSE(listen.empty()) << driver.Output();
+  const std::string port = listen[1];
+  ASSERT_TRUE(WaitForStep(driver, 1, 2)) << driver.Output();
+  Process joiner({kBinary, "--join=127.0.0.1:" + std::string(port), "--workers=2",
+                  "--token-file=" + dir + "/token"},
+                 dir + "/join.log");
+  // Both of the node's workers die (pending or admitted, it does not matter).
+  for (int i = 0; i < 2; ++i) {
+    const std::smatch m = joiner.WaitFor(
+        "\\[worker \\d+ pid (\\d+)\\] registered \\(node (\\d+)\\)", std::chrono::seconds(120),
+        [](const std::smatch& match) { return ::kill(std::stoi(match[1]), 0) == 0; });
+    ASSERT_FALSE(m.empty()) << joiner.Output();
+    ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_FALSE(driver
+                   .WaitFor("driver: node \\d+ blacklisted for \\d+ s after 2 worker failures",
+                            std::chrono::seconds(120))
+                   .empty())
+      << driver.Output();
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  CheckChecksums(driver.Output());
+  CheckSamples(dir, 3);
+}
+
 // Random kills, graceful leaves and joins for a bounded time (seeded, so a
 // failure replays), then the job must finish with the invariants intact.
 TEST(ElasticTest, ChaosThenInvariants) {

@@ -82,8 +82,8 @@ class Controller {
   ProgressReporter reporter_;
 
   std::mutex mutex_;
-  std::map<uint64_t, int64_t> failures_by_node_;  // guarded by mutex_
-  std::map<uint64_t, Clock::time_point> blacklisted_until_;
+  std::map<uint64_t, int64_t> failures_by_node_;             // guarded by mutex_
+  std::map<uint64_t, Clock::time_point> blacklisted_until_;  // guarded by mutex_
   std::map<uint64_t, Clock::time_point> draining_since_;
 
   bool started_ = false;
@@ -103,27 +103,24 @@ class Controller {
 void Controller::OnUpdate(const MembershipUpdate& update) {
   if (update.kind != runtime::MembershipEventKind::kFailed || update.node_id == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  ++failures_by_node_[update.node_id];
+  const int64_t failures = ++failures_by_node_[update.node_id];
+  if (failures < elastic_.blacklist_after) return;
+  // A node whose workers keep dying (bad GPU, full disk, flaky network) would
+  // cost a rollback each time: stop admitting it for a while.
+  failures_by_node_[update.node_id] = 0;
+  blacklisted_until_[update.node_id] =
+      Clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(elastic_.blacklist_seconds * 1000));
+  Say("driver: node " + std::to_string(update.node_id) + " blacklisted for " +
+      std::to_string(static_cast<int64_t>(elastic_.blacklist_seconds)) + " s after " +
+      std::to_string(failures) + " worker failures; its workers are not admitted");
 }
 
 bool Controller::Blacklisted(uint64_t node_id) {
-  const Clock::time_point now = Clock::now();
-  int64_t failures = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    failures = failures_by_node_[node_id];
-    if (failures >= elastic_.blacklist_after && blacklisted_until_.count(node_id) == 0) {
-      blacklisted_until_[node_id] =
-          now + std::chrono::milliseconds(static_cast<int64_t>(elastic_.blacklist_seconds * 1000));
-      failures_by_node_[node_id] = 0;
-      Say("driver: node " + std::to_string(node_id) + " blacklisted for " +
-          std::to_string(static_cast<int64_t>(elastic_.blacklist_seconds)) + " s after " +
-          std::to_string(failures) + " worker failures; its workers are not admitted");
-    }
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = blacklisted_until_.find(node_id);
   if (it == blacklisted_until_.end()) return false;
-  if (now < it->second) return true;
+  if (Clock::now() < it->second) return true;
   blacklisted_until_.erase(it);
   Say("driver: node " + std::to_string(node_id) + " is no longer blacklisted");
   return false;
