@@ -55,7 +55,7 @@ fi
 # The multi-worker trainer: //trainer:cifar once it has --workers, else the
 # elastic helper's binary.
 ELASTIC_WHY=""
-if "$OURS_BIN" --help 2>/dev/null | grep -q -- '--workers'; then
+if [[ $("$OURS_BIN" --help 2>/dev/null) == *--workers* ]]; then  # (grep -q + pipefail: SIGPIPE)
   ELASTIC_BIN=$OURS_BIN
 elif [[ -z "${ELASTIC_BIN:-}" || ! -x "${ELASTIC_BIN:-}" ]]; then
   ELASTIC_BIN=""
