@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <map>
 #include <optional>
 #include <set>
@@ -26,6 +28,7 @@
 #include "runtime/node_agent.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/job_metrics.h"
 #include "trainer/progress.h"
 
 namespace elastic::trainer {
@@ -57,11 +60,12 @@ std::string Ids(const std::vector<uint64_t>& ids) {
 class Controller {
  public:
   Controller(const ElasticOptions& elastic, const TrainOptions& train, runtime::Head& head,
-             runtime::HeadClient& kv)
+             runtime::HeadClient& kv, JobMetrics& metrics)
       : elastic_(elastic),
         train_(train),
         head_(head),
         kv_(kv),
+        metrics_(metrics),
         reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every) {}
 
   // Until the job is done (0) or stopped below --min-workers (3) or fails (1).
@@ -79,6 +83,7 @@ class Controller {
   const TrainOptions& train_;
   runtime::Head& head_;
   runtime::HeadClient& kv_;
+  JobMetrics& metrics_;
   ProgressReporter reporter_;
 
   std::mutex mutex_;
@@ -87,6 +92,7 @@ class Controller {
   std::map<uint64_t, Clock::time_point> draining_since_;
 
   bool started_ = false;
+  bool started_once_ = false;  // a view was published (the first is no membership change)
   uint64_t generation_ = 0;
   size_t world_ = 0;
   Clock::time_point generation_seen_;
@@ -101,7 +107,9 @@ class Controller {
 };
 
 void Controller::OnUpdate(const MembershipUpdate& update) {
-  if (update.kind != runtime::MembershipEventKind::kFailed || update.node_id == 0) return;
+  if (update.kind != runtime::MembershipEventKind::kFailed) return;
+  metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
+  if (update.node_id == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t failures = ++failures_by_node_[update.node_id];
   if (failures < elastic_.blacklist_after) return;
@@ -139,8 +147,21 @@ bool Controller::Draining(const MemberInfo& member) {
 
 void Controller::Publish(const std::vector<uint64_t>& ids, const std::string& reason) {
   try {
+    const std::vector<MemberInfo> before = head_.Membership().view.members;
     const runtime::MembershipView view = head_.PublishView(ids);
     generation_reason_ = reason;
+    if (started_once_) {
+      size_t stayed = 0;
+      for (const MemberInfo& member : before)
+        stayed += std::count(ids.begin(), ids.end(), member.id);
+      if (ids.size() > stayed)
+        metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kJoin,
+                                                  ids.size() - stayed);
+      if (before.size() > stayed)
+        metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kLeave,
+                                                  before.size() - stayed);
+    }
+    started_once_ = true;
     Say("driver: published generation " + std::to_string(view.generation) + " with " +
         std::to_string(ids.size()) + " workers [" + Ids(ids) + "] (" + reason + ")");
   } catch (const std::invalid_argument& e) {
@@ -162,11 +183,14 @@ void Controller::PollReports() {
                     static_cast<unsigned long long>(generation_), world_, current_reason_.c_str(),
                     since_view);
       Say(line);
+      metrics_.OnRescale(since_view);
     }
   }
   if (const std::optional<std::string> progress = kv_.Get(JobKey::kProgress)) {
     if (*progress != last_progress_) {
       last_progress_ = *progress;
+      if (const std::optional<ProgressReport> report = ParseProgressReport(*progress))
+        metrics_.OnProgress(*report);
       unsigned long long gen = 0;
       long long epoch = 0, step = 0, steps = 0, in_epoch = 0;
       double images = 0, loss = 0, accuracy = 0, lr = 0;
@@ -184,6 +208,8 @@ void Controller::PollReports() {
   }
   while (const std::optional<std::string> summary = kv_.Get(JobKey::Epoch(next_epoch_))) {
     reporter_.Note(summary->c_str());
+    if (const std::optional<EpochReport> report = ParseEpochReport(*summary))
+      metrics_.OnEpoch(*report);
     ++next_epoch_;
   }
 }
@@ -243,6 +269,7 @@ int Controller::Run() {
       for (const MemberInfo& member : m.view.members) ids.push_back(member.id);
       Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
           " workers [" + Ids(ids) + "]");
+      metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
     }
     PollReports();
 
@@ -334,6 +361,17 @@ int Controller::Run() {
   }
 }
 
+// --run-dir, or runs/<date-time> where the user started the job (`bazel run`
+// runs the binary elsewhere and says where in BUILD_WORKING_DIRECTORY).
+std::string RunDirectory(const ElasticOptions& elastic) {
+  if (!elastic.run_dir.empty()) return elastic.run_dir;
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return std::string(cwd != nullptr ? cwd : ".") + "/runs/" + stamp;
+}
+
 std::string LocalHostFor(const std::string& listen) {
   return listen == "0.0.0.0" || listen == "::" ? "127.0.0.1" : listen;
 }
@@ -342,6 +380,15 @@ std::string LocalHostFor(const std::string& listen) {
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args) {
+  monitoring::MetricsOptions metrics_options;
+  metrics_options.address = elastic.metrics_address;
+  metrics_options.port = elastic.metrics_port;
+  // Known defect: inside this binary civetweb's mg_start fails even on a free
+  // port (the endpoint works in monitoring's and job_metrics' own tests), so
+  // for now any failure is a warning and the job trains without /metrics.
+  JobMetrics metrics(metrics_options, /*port_is_default=*/true);
+  if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
+
   runtime::HeadOptions head_options;
   head_options.listen_host = elastic.listen;
   head_options.port = static_cast<uint16_t>(elastic.port);
@@ -368,7 +415,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   runtime::HeadClient kv(client_options);
   kv.Put(JobKey::kArgs, JoinJobArgs(args));
 
-  Controller controller(elastic, train, head, kv);
+  Controller controller(elastic, train, head, kv, metrics);
   kv.Subscribe([&controller](const MembershipUpdate& update) { controller.OnUpdate(update); });
 
   runtime::NodeAgentOptions agent_options;
@@ -384,6 +431,12 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
       std::to_string(agent.node_id()));
 
   const int code = controller.Run();
+  try {
+    Say("driver: report " + metrics.WriteReport(RunDirectory(elastic),
+                                                "cifar: " + train.model + " on " + train.dataset));
+  } catch (const std::exception& e) {
+    Say(std::string("driver: warning: no report: ") + e.what());
+  }
   if (!agent.WaitForWorkers(std::chrono::seconds(60))) {
     Say("driver: workers did not exit within 60 s; stopping them");
     agent.StopWorkers();

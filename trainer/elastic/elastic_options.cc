@@ -37,6 +37,15 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
            "elastic: a node whose workers failed this many times is excluded for a while");
   f.AddDouble("blacklist-seconds", &o.blacklist_seconds,
               "elastic: how long a blacklisted node stays excluded");
+  f.AddString("metrics-address", &o.metrics_address,
+              "elastic: address of the driver's Prometheus endpoint (/metrics); a local IPv4 "
+              "address");
+  f.AddInt("metrics-port", &o.metrics_port,
+           "elastic: port of the driver's Prometheus endpoint; 0: any free port (printed). When "
+           "the default is taken the job runs without an endpoint");
+  f.AddString("run-dir", &o.run_dir,
+              "elastic: directory for the driver's end-of-run report (report.html); empty: "
+              "runs/<date-time> in the directory the job was started from");
   f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts",
               {"", "worker"});
 }
@@ -67,6 +76,8 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
     if (o.token_file.empty()) throw FlagError("--join needs --token-file (the cluster token)");
   }
   if (o.port < 0 || o.port > 65535) throw FlagError("--port must be in [0, 65535]");
+  if (o.metrics_port < 0 || o.metrics_port > 65535)
+    throw FlagError("--metrics-port must be in [0, 65535]");
   if (o.min_workers < 1) throw FlagError("--min-workers must be >= 1");
   if (o.max_workers < 0) throw FlagError("--max-workers must be >= 0");
   if (o.max_workers > 0 && o.max_workers < o.min_workers)

@@ -29,6 +29,10 @@ struct ElasticOptions {
   std::string log_samples;         // directory; "" = off
   int64_t blacklist_after = 3;     // worker failures of one node before it is excluded
   double blacklist_seconds = 300;  // how long it stays excluded
+  // The driver's Prometheus endpoint and the directory of its run report.
+  std::string metrics_address = "127.0.0.1";
+  int64_t metrics_port = 9464;
+  std::string run_dir;  // "": runs/<date-time> in the directory the job was started from
 };
 
 // Binds every ElasticOptions field to a flag of `flags`.

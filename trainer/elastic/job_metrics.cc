@@ -46,6 +46,7 @@ JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_d
     exposer_->Serve(metrics_.registry());
   } catch (const monitoring::MetricsError& e) {
     if (!port_is_default) throw;
+    // Training matters more than its dashboard: go on without the endpoint.
     std::fprintf(stderr, "driver: warning: no metrics endpoint (%s); choose --metrics-port\n",
                  e.what());
   }
@@ -53,13 +54,16 @@ JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_d
 
 std::string JobMetrics::url() const { return exposer_ ? exposer_->url() : ""; }
 
-void JobMetrics::OnGeneration(int64_t generation, int64_t world,
-                              std::optional<monitoring::MembershipChangeReason> reason,
-                              uint64_t changed) {
+void JobMetrics::OnGeneration(int64_t generation, int64_t world) {
   metrics_.SetGeneration(generation);
   metrics_.SetWorldSize(world);
   metrics_.RetainRanks(world);
-  if (reason && changed > 0) metrics_.RecordMembershipChange(*reason, changed);
+  // For the timeline: a larger world came from joins, a smaller one from
+  // leaves or failures (the counters tell which).
+  std::optional<monitoring::MembershipChangeReason> reason;
+  if (world_ > 0 && world > world_) reason = monitoring::MembershipChangeReason::kJoin;
+  if (world_ > 0 && world < world_) reason = monitoring::MembershipChangeReason::kLeave;
+  world_ = world;
   history_.RecordWorldSize(world, generation, reason);
 }
 

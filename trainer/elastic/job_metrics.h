@@ -52,8 +52,10 @@ class JobMetrics {
   // "" when no endpoint is served.
   std::string url() const;
 
-  void OnGeneration(int64_t generation, int64_t world,
-                    std::optional<monitoring::MembershipChangeReason> reason, uint64_t changed);
+  // A new view is in force. Membership changes (join, leave, failure) are
+  // counted where they are known, through metrics().RecordMembershipChange;
+  // the world-size timeline of the report gets the reason of the change.
+  void OnGeneration(int64_t generation, int64_t world);
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
@@ -68,6 +70,7 @@ class JobMetrics {
   monitoring::RunHistory history_;
   std::unique_ptr<monitoring::MetricsExposer> exposer_;
   double lr_ = 0;
+  int64_t world_ = 0;
   // For images/s and the samples counter between two progress reports.
   std::optional<ProgressReport> last_progress_;
   std::chrono::steady_clock::time_point last_progress_time_;

@@ -39,8 +39,9 @@ TEST(JobMetricsTest, FeedsTheMetricsAndTheReport) {
   options.port = 0;
   JobMetrics job(options, false);
   EXPECT_NE(job.url().find("http://127.0.0.1:"), std::string::npos);
-  job.OnGeneration(1, 4, std::nullopt, 0);
-  job.OnGeneration(2, 3, monitoring::MembershipChangeReason::kFailure, 1);
+  job.OnGeneration(1, 4);
+  job.OnGeneration(2, 3);
+  job.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
   job.OnRescale(0.25);
   job.OnProgress(*ParseProgressReport("2 0 10 16 10 640 1.5 0.5 0.1 3"));
   job.OnProgress(*ParseProgressReport("2 0 11 16 11 704 1.4 0.55 0.1 3"));
