@@ -2,12 +2,15 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "monitoring/metrics_options.h"
 
 namespace prometheus {
-class Exposer;
+class Collectable;
 class Registry;
 }  // namespace prometheus
 
@@ -15,7 +18,7 @@ namespace elastic::monitoring {
 
 class MetricsExposer {
  public:
-  // Binds and starts serving at once (prometheus-cpp runs its own threads).
+  // Binds and starts serving at once on one thread of its own.
   // Throws MetricsError for invalid options or an address:port that cannot be
   // bound (in use, not a local address).
   explicit MetricsExposer(const MetricsOptions& options);
@@ -35,9 +38,17 @@ class MetricsExposer {
   std::string url() const;
 
  private:
+  void ServeLoop();
+  void Answer(int connection);
+  std::string Exposition();
+
   std::string address_;
   int port_ = 0;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  int listen_fd_ = -1;
+  int wake_fds_[2] = {-1, -1};  // a byte on [1] stops ServeLoop
+  std::mutex mutex_;            // guards collectables_
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
+  std::thread server_;
 };
 
 }  // namespace elastic::monitoring

@@ -383,10 +383,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   monitoring::MetricsOptions metrics_options;
   metrics_options.address = elastic.metrics_address;
   metrics_options.port = elastic.metrics_port;
-  // Known defect: inside this binary civetweb's mg_start fails even on a free
-  // port (the endpoint works in monitoring's and job_metrics' own tests), so
-  // for now any failure is a warning and the job trains without /metrics.
-  JobMetrics metrics(metrics_options, /*port_is_default=*/true);
+  JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 
   runtime::HeadOptions head_options;
