@@ -1,0 +1,208 @@
+// End-to-end test of the driver's /metrics endpoint: the real //trainer:cifar
+// binary trains resnet8 on Fashion-MNIST with two workers while this test
+// scrapes the URL the driver printed, as Prometheus would.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "monitoring/testing/exposition.h"
+#include "monitoring/testing/http_get.h"
+
+namespace {
+
+using elastic::monitoring::testing::Exposition;
+using elastic::monitoring::testing::HttpGet;
+using elastic::monitoring::testing::HttpResponse;
+using elastic::monitoring::testing::ParseExposition;
+using elastic::monitoring::testing::Sample;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kBinary[] = "trainer/cifar";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The job, its stdout and stderr in a file; its whole process group is
+// killed when the test ends, whatever happened.
+class Job {
+ public:
+  Job(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::perror("execv");
+      ::_exit(127);
+    }
+    ::setpgid(pid_, pid_);
+  }
+  ~Job() {
+    if (!exited_) {
+      ::kill(-pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  std::string Output() const { return ReadFile(log_); }
+
+  // True once the job has exited; its exit code (or -1 if signalled) in *code.
+  bool Exited(int* code) {
+    int status = 0;
+    if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    *code = code_;
+    return exited_;
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int code_ = -1;
+};
+
+// The metrics URL the driver printed, or "" if it did not within the timeout.
+std::string WaitForMetricsUrl(Job& job, std::chrono::seconds timeout) {
+  const std::regex re("driver: metrics at (http://[0-9.]+:[0-9]+/metrics)");
+  const Clock::time_point deadline = Clock::now() + timeout;
+  int code = 0;
+  while (Clock::now() < deadline && !job.Exited(&code)) {
+    const std::string output = job.Output();
+    std::smatch m;
+    if (std::regex_search(output, m, re)) return m[1];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
+}
+
+// Whether Prometheus assumes `sample` only grows: a counter, or a histogram's
+// bucket, count or sum.
+bool IsMonotonic(const Exposition& exposition, const Sample& sample) {
+  auto type_of = [&](const std::string& family) {
+    const auto it = exposition.types.find(family);
+    return it == exposition.types.end() ? std::string() : it->second;
+  };
+  if (type_of(sample.name) == "counter") return true;
+  for (const std::string suffix : {"_bucket", "_count", "_sum"}) {
+    const std::string& name = sample.name;
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        type_of(name.substr(0, name.size() - suffix.size())) == "histogram") {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::map<std::string, double> MonotonicSeries(const Exposition& exposition) {
+  std::map<std::string, double> series;
+  for (const Sample& sample : exposition.samples) {
+    if (!IsMonotonic(exposition, sample)) continue;
+    std::string key = sample.name + "{";
+    for (const auto& [label, value] : sample.labels) key += label + "=" + value + ",";
+    series[key + "}"] = sample.value;
+  }
+  return series;
+}
+
+TEST(MetricsEndToEndTest, ScrapesDuringARealJobAndWritesTheReport) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = tmp != nullptr ? tmp : "/tmp";
+  const std::string run_dir = root + "/run";
+  Job job({kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist",
+           "--train-samples=1024", "--test-samples=512", "--epochs=2", "--batch-size=64",
+           "--log-every=1", "--commit-every=2", "--metrics-port=0", "--run-dir=" + run_dir},
+          root + "/job.log");
+
+  const std::string url = WaitForMetricsUrl(job, std::chrono::seconds(120));
+  ASSERT_FALSE(url.empty()) << "the driver printed no metrics URL:\n" << job.Output();
+
+  // Scrape until the job exits, as Prometheus would (more often, to catch more
+  // of the run). A scrape can fail only once the driver is shutting down.
+  std::vector<Exposition> scrapes;
+  const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
+  int code = -1;
+  while (!job.Exited(&code)) {
+    ASSERT_LT(Clock::now(), deadline) << "the job did not finish:\n" << job.Output();
+    const HttpResponse response = HttpGet(url, /*timeout_seconds=*/30);
+    if (response.status == 200) {
+      scrapes.push_back(ParseExposition(response.body));
+    } else {
+      // The driver closes its endpoint just before it exits, so a refused
+      // scrape is an error only if the job then keeps running.
+      const Clock::time_point grace = Clock::now() + std::chrono::seconds(60);
+      while (!job.Exited(&code) && Clock::now() < grace) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (!job.Exited(&code)) {
+        ADD_FAILURE() << "scrape of a running job failed: " << response.status << " "
+                      << response.error;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_EQ(code, 0) << job.Output();
+  ASSERT_GE(scrapes.size(), 2u) << job.Output();
+
+  bool saw_two_workers = false;
+  for (std::size_t i = 0; i < scrapes.size(); ++i) {
+    const Exposition& scrape = scrapes[i];
+    const std::optional<double> world = scrape.Value("elastic_world_size");
+    ASSERT_TRUE(world.has_value()) << "scrape " << i;
+    EXPECT_LE(*world, 2) << "scrape " << i;
+    if (*world == 2) saw_two_workers = true;
+    for (const char* ratio : {"elastic_train_accuracy_ratio", "elastic_test_accuracy_ratio"}) {
+      for (const Sample& sample : scrape.Find(ratio)) {
+        EXPECT_GE(sample.value, 0.0) << ratio << " in scrape " << i;
+        EXPECT_LE(sample.value, 1.0) << ratio << " in scrape " << i;
+      }
+    }
+    if (i == 0) continue;
+    const std::map<std::string, double> before = MonotonicSeries(scrapes[i - 1]);
+    const std::map<std::string, double> after = MonotonicSeries(scrape);
+    for (const auto& [key, value] : before) {
+      ASSERT_TRUE(after.count(key)) << key << " disappeared in scrape " << i;
+      EXPECT_GE(after.at(key), value) << key << " decreased in scrape " << i;
+    }
+  }
+  EXPECT_TRUE(saw_two_workers) << "no scrape showed elastic_world_size 2";
+  // The driver counts samples from rank 0's progress, which carries the
+  // samples of the last commit: with --commit-every=2 there are commits within
+  // each 8-step epoch, so the counter must have grown.
+  EXPECT_GT(MonotonicSeries(scrapes.back()).at("elastic_samples_processed_total{}"), 0)
+      << job.Output();
+
+  const std::string report = ReadFile(run_dir + "/report.html");
+  ASSERT_FALSE(report.empty()) << "no " << run_dir << "/report.html";
+  EXPECT_NE(report.find("<svg"), std::string::npos);
+  EXPECT_NE(report.find("<path"), std::string::npos);
+}
+
+}  // namespace
