@@ -181,6 +181,8 @@ class Worker {
   EvalResult EvaluateShard(Communicator& comm, int rank, int world);
   void WriteCheckpoint(const std::string& learner_bytes);
   void ReportDrainingOnce();
+  // Rank 0: puts JobKey::kProgress from the learner's progress and the last commit.
+  void PutProgress();
   void Log(const char* format, ...) __attribute__((format(printf, 2, 3)));
 
   bool Finished() const {
@@ -188,6 +190,15 @@ class Worker {
     return p.epoch >= train_.epochs || stopped_early_ ||
            (train_.max_steps > 0 && p.step >= train_.max_steps);
   }
+
+  // What PutProgress needs besides the learner and the commit, as of the last step.
+  struct ProgressShape {
+    int64_t steps_in_epoch = 0;
+    int world = 1;
+    int64_t batch = 1;
+    double lr = 0;
+  };
+  ProgressShape progress_shape_;
 
   TrainOptions train_;
   ElasticOptions elastic_;
@@ -242,6 +253,20 @@ void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
   // collectives must not wait for a peer that is gone.
   if (live_comm_ != nullptr && live_comm_->generation() < latest_.generation) live_comm_->Abort();
   view_changed_.notify_all();
+}
+
+void Worker::PutProgress() {
+  const TrainingProgress& p = learner_->progress();
+  const ProgressShape& shape = progress_shape_;
+  const int64_t per_step = shape.world * shape.batch;
+  const double seen = commit_.seen > 0 ? commit_.seen : 1;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
+                static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
+                static_cast<long long>(p.step), static_cast<long long>(shape.steps_in_epoch),
+                static_cast<long long>((p.position + per_step - 1) / per_step), commit_.seen,
+                commit_.loss_sum / seen, commit_.correct / seen, shape.lr, shape.world);
+  head_.Put(JobKey::kProgress, line);
 }
 
 void Worker::ReportDrainingOnce() {
@@ -451,15 +476,8 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
-          char line[256];
-          const double seen = commit_.seen > 0 ? commit_.seen : 1;
-          std::snprintf(
-              line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
-              static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
-              static_cast<long long>(p.step), static_cast<long long>(steps_in_epoch),
-              static_cast<long long>((p.position + world * batch - 1) / (world * batch)),
-              commit_.seen, commit_.loss_sum / seen, commit_.correct / seen, stats.lr, world);
-          head_.Put(JobKey::kProgress, line);
+          progress_shape_ = {steps_in_epoch, world, batch, stats.lr};
+          PutProgress();
         }
         first_step = false;
         const bool at_end =
@@ -473,6 +491,8 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
     }
 
     // The epoch is trained (or cut by --max-steps): evaluate, then the boundary.
+    // The last commit counted the epoch's final steps: report them too.
+    if (rank == 0) PutProgress();
     const auto eval_start = std::chrono::steady_clock::now();
     const EvalResult eval = EvaluateShard(comm, rank, world);
     const double eval_seconds =
