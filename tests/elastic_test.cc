@@ -33,20 +33,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/process.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kTrainSamples = 3072;
-constexpr char kBinary[] = "trainer/elastic/elastic_cifar";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+constexpr char kBinary[] = "trainer/cifar";
 
 std::string TempDir(const std::string& name) {
   const char* root = std::getenv("TEST_TMPDIR");
@@ -56,72 +50,8 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
-// A child process with stdout and stderr in a file; killed (its whole process
-// group) when the test ends, whatever happened.
-class Process {
- public:
-  Process(const std::vector<std::string>& args, const std::string& log) : log_(log) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::perror("execv");
-      ::_exit(127);
-    }
-    ::setpgid(pid_, pid_);
-  }
-  ~Process() {
-    if (!exited_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  std::string Output() const { return ReadFile(log_); }
-  pid_t pid() const { return pid_; }
-
-  // The exit code, or -1 when it did not exit within the timeout (or was signalled).
-  int Wait(std::chrono::seconds timeout) {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return -1;
-  }
-
-  // Waits until the output matches `pattern`; returns the match (empty on timeout).
-  std::smatch WaitFor(const std::string& pattern, std::chrono::seconds timeout,
-                      const std::function<bool(const std::smatch&)>& accept = nullptr) {
-    const std::regex re(pattern);
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      output_ = Output();
-      for (auto it = std::sregex_iterator(output_.begin(), output_.end(), re);
-           it != std::sregex_iterator(); ++it) {
-        if (!accept || accept(*it)) return *it;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return std::smatch();
-  }
-
- private:
-  std::string log_;
-  std::string output_;  // keeps the strings a returned smatch points into
-  pid_t pid_ = -1;
-  bool exited_ = false;
-};
+using elastic::tests::Process;
+using elastic::tests::ReadFile;
 
 std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs) {
   return {kBinary,

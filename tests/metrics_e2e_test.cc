@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "monitoring/testing/exposition.h"
 #include "monitoring/testing/http_get.h"
+#include "tests/process.h"
 
 namespace {
 
@@ -34,59 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kBinary[] = "trainer/cifar";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The job, its stdout and stderr in a file; its whole process group is
-// killed when the test ends, whatever happened.
-class Job {
- public:
-  Job(const std::vector<std::string>& args, const std::string& log) : log_(log) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::perror("execv");
-      ::_exit(127);
-    }
-    ::setpgid(pid_, pid_);
-  }
-  ~Job() {
-    if (!exited_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  std::string Output() const { return ReadFile(log_); }
-
-  // True once the job has exited; its exit code (or -1 if signalled) in *code.
-  bool Exited(int* code) {
-    int status = 0;
-    if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-      exited_ = true;
-      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    *code = code_;
-    return exited_;
-  }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  int code_ = -1;
-};
+using Job = elastic::tests::Process;
+using elastic::tests::ReadFile;
 
 // The metrics URL the driver printed, or "" if it did not within the timeout.
 std::string WaitForMetricsUrl(Job& job, std::chrono::seconds timeout) {

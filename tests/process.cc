@@ -1,0 +1,85 @@
+#include "tests/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace elastic::tests {
+
+using Clock = std::chrono::steady_clock;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Process::Process(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::perror("execv");
+    ::_exit(127);
+  }
+  ::setpgid(pid_, pid_);
+}
+
+Process::~Process() {
+  if (!exited_) {
+    ::kill(-pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string Process::Output() const { return ReadFile(log_); }
+
+bool Process::Exited(int* code) {
+  int status = 0;
+  if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+    exited_ = true;
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  *code = code_;
+  return exited_;
+}
+
+int Process::Wait(std::chrono::seconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  int code = -1;
+  while (Clock::now() < deadline) {
+    if (Exited(&code)) return code;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
+}
+
+std::smatch Process::WaitFor(const std::string& pattern, std::chrono::seconds timeout,
+                             const std::function<bool(const std::smatch&)>& accept) {
+  const std::regex re(pattern);
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    output_ = Output();
+    for (auto it = std::sregex_iterator(output_.begin(), output_.end(), re);
+         it != std::sregex_iterator(); ++it) {
+      if (!accept || accept(*it)) return *it;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::smatch();
+}
+
+}  // namespace elastic::tests
