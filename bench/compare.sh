@@ -41,25 +41,20 @@ say() { echo "compare.sh: $*" >&2; }
 
 # --- binaries ---------------------------------------------------------------
 if [[ -z "${OURS_BIN:-}" || -z "${ALLREDUCE_BIN:-}" ]]; then
-  say "building //trainer:cifar //bench:allreduce_bench //trainer/elastic:elastic_cifar"
+  say "building //trainer:cifar //bench:allreduce_bench"
   $BAZEL build //trainer:cifar //bench:allreduce_bench >"$OUT/build.log" 2>&1 ||
     { say "build failed, see $OUT/build.log"; exit 1; }
-  $BAZEL build //trainer/elastic:elastic_cifar >>"$OUT/build.log" 2>&1 ||
-    say "//trainer/elastic:elastic_cifar does not build (see $OUT/build.log)"
   BIN=$($BAZEL info bazel-bin 2>/dev/null)
   OURS_BIN=${OURS_BIN:-$BIN/trainer/cifar}
   ALLREDUCE_BIN=${ALLREDUCE_BIN:-$BIN/bench/allreduce_bench}
-  [[ -z "${ELASTIC_BIN:-}" && -x "$BIN/trainer/elastic/elastic_cifar" ]] &&
-    ELASTIC_BIN=$BIN/trainer/elastic/elastic_cifar
 fi
-# The multi-worker trainer: //trainer:cifar once it has --workers, else the
-# elastic helper's binary.
+# The multi-worker trainer is //trainer:cifar --workers N.
 ELASTIC_WHY=""
 if [[ $("$OURS_BIN" --help 2>/dev/null) == *--workers* ]]; then  # (grep -q + pipefail: SIGPIPE)
   ELASTIC_BIN=$OURS_BIN
-elif [[ -z "${ELASTIC_BIN:-}" || ! -x "${ELASTIC_BIN:-}" ]]; then
+else
   ELASTIC_BIN=""
-  ELASTIC_WHY="our elastic mode is not built (//trainer:cifar has no --workers and //trainer/elastic:elastic_cifar is missing)"
+  ELASTIC_WHY="$OURS_BIN has no --workers (our elastic mode)"
 fi
 {
   echo "date: $(date -u +%FT%TZ)"

@@ -23,8 +23,7 @@ seen: for ours the driver's line "driver: rescale: generation G (W workers,
 `STEP {...}` line with the next restart count (its own wall-clock stamp).
 
   /usr/bin/python3 bench/rescale_bench.py --ours BIN --data-dir DIR --workers 2,4,8
-BIN is a trainer binary with --workers (//trainer:cifar once it dispatches to
-the elastic trainer, or //trainer/elastic:elastic_cifar). The last line is the
+BIN is a trainer binary with --workers (//trainer:cifar). The last line is the
 headline ratio (torchrun restart / our rescale) for the smallest world.
 """
 
