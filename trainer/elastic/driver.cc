@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,7 @@ class Controller {
   // Until the job is done (0) or stopped below --min-workers (3) or fails (1).
   int Run();
   void OnUpdate(const MembershipUpdate& update);
+  bool started() const { return started_; }
 
  private:
   bool Draining(const MemberInfo& member);
@@ -92,6 +94,7 @@ class Controller {
   std::map<uint64_t, Clock::time_point> draining_since_;
 
   bool started_ = false;
+  std::atomic<int64_t> exited_workers_{0};  // worker processes that exited (head's reports)
   bool started_once_ = false;  // a view was published (the first is no membership change)
   uint64_t generation_ = 0;
   size_t world_ = 0;
@@ -107,6 +110,7 @@ class Controller {
 };
 
 void Controller::OnUpdate(const MembershipUpdate& update) {
+  if (update.kind == runtime::MembershipEventKind::kExited) ++exited_workers_;
   if (update.kind != runtime::MembershipEventKind::kFailed) return;
   metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
   if (update.node_id == 0) return;
@@ -304,6 +308,14 @@ int Controller::Run() {
       const bool all_here = static_cast<int64_t>(joining.size()) >= elastic_.workers;
       const bool timed_out =
           Clock::now() - start > std::max<Clock::duration>(timeout, std::chrono::minutes(2));
+      // Workers that die while loading (no data set, bad flags) register
+      // nothing: say so now rather than after the timeout.
+      if (exited_workers_.load() >= elastic_.workers &&
+          static_cast<int64_t>(joining.size()) < elastic_.min_workers) {
+        Say("driver: error: all " + std::to_string(elastic_.workers) +
+            " workers exited before joining the job; their errors are above");
+        return kExitError;
+      }
       if (all_here || (timed_out && static_cast<int64_t>(joining.size()) >= elastic_.min_workers)) {
         started_ = true;
         Publish(joining, "start");
@@ -428,11 +440,14 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
       std::to_string(agent.node_id()));
 
   const int code = controller.Run();
-  try {
-    Say("driver: report " + metrics.WriteReport(RunDirectory(elastic),
-                                                "cifar: " + train.model + " on " + train.dataset));
-  } catch (const std::exception& e) {
-    Say(std::string("driver: warning: no report: ") + e.what());
+  if (controller.started()) {
+    try {
+      Say("driver: report " +
+          metrics.WriteReport(RunDirectory(elastic),
+                              "cifar: " + train.model + " on " + train.dataset));
+    } catch (const std::exception& e) {
+      Say(std::string("driver: warning: no report: ") + e.what());
+    }
   }
   if (!agent.WaitForWorkers(std::chrono::seconds(60))) {
     Say("driver: workers did not exit within 60 s; stopping them");
