@@ -2,8 +2,8 @@
 // arXiv:1707.06484). A tree of level n feeds its input through subtrees of
 // levels n-1 .. 1 and two BasicBlocks, and one Root aggregates all of their
 // outputs plus a strided BasicBlock of the input.
-#include <torch/nn/modules/linear.h>
 
+#include "models/dla_net.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -52,30 +52,7 @@ class Tree : public nn::Module {
   BasicBlock left_node_{nullptr}, right_node_{nullptr};
 };
 
-class Dla : public Net {
- public:
-  explicit Dla(int64_t num_classes)
-      : base_(register_module("base", ConvBnRelu3x3(3, 16))),
-        layer1_(register_module("layer1", ConvBnRelu3x3(16, 16))),
-        layer2_(register_module("layer2", ConvBnRelu3x3(16, 32))),
-        layer3_(register_module("layer3", std::make_shared<Tree>(32, 64, 1, 1))),
-        layer4_(register_module("layer4", std::make_shared<Tree>(64, 128, 2, 2))),
-        layer5_(register_module("layer5", std::make_shared<Tree>(128, 256, 2, 2))),
-        layer6_(register_module("layer6", std::make_shared<Tree>(256, 512, 1, 2))),
-        linear_(register_module("linear", nn::Linear(512, num_classes))) {}
-
-  torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = layer2_->forward(layer1_->forward(base_->forward(x)));
-    out = layer6_->forward(layer5_->forward(layer4_->forward(layer3_->forward(out))));
-    out = torch::avg_pool2d(out, 4).flatten(1);
-    return linear_(out);
-  }
-
- private:
-  nn::Sequential base_, layer1_, layer2_;
-  std::shared_ptr<Tree> layer3_, layer4_, layer5_, layer6_;
-  nn::Linear linear_;
-};
+using Dla = DlaNet<Tree>;
 
 }  // namespace
 

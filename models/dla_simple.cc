@@ -1,8 +1,8 @@
 // SimpleDLA as in pytorch-cifar models/dla_simple.py: a simplified Deep Layer
 // Aggregation (Yu et al., arXiv:1707.06484) in which every tree node joins
 // just its two children with a Root.
-#include <torch/nn/modules/linear.h>
 
+#include "models/dla_net.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -41,30 +41,7 @@ class Tree : public nn::Module {
   nn::AnyModule left_, right_;  // BasicBlock or Tree
 };
 
-class SimpleDLA : public Net {
- public:
-  explicit SimpleDLA(int64_t num_classes)
-      : base_(register_module("base", ConvBnRelu3x3(3, 16))),
-        layer1_(register_module("layer1", ConvBnRelu3x3(16, 16))),
-        layer2_(register_module("layer2", ConvBnRelu3x3(16, 32))),
-        layer3_(register_module("layer3", std::make_shared<Tree>(32, 64, 1, 1))),
-        layer4_(register_module("layer4", std::make_shared<Tree>(64, 128, 2, 2))),
-        layer5_(register_module("layer5", std::make_shared<Tree>(128, 256, 2, 2))),
-        layer6_(register_module("layer6", std::make_shared<Tree>(256, 512, 1, 2))),
-        linear_(register_module("linear", nn::Linear(512, num_classes))) {}
-
-  torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = layer2_->forward(layer1_->forward(base_->forward(x)));
-    out = layer6_->forward(layer5_->forward(layer4_->forward(layer3_->forward(out))));
-    out = torch::avg_pool2d(out, 4).flatten(1);
-    return linear_(out);
-  }
-
- private:
-  nn::Sequential base_, layer1_, layer2_;
-  std::shared_ptr<Tree> layer3_, layer4_, layer5_, layer6_;
-  nn::Linear linear_;
-};
+using SimpleDLA = DlaNet<Tree>;
 
 }  // namespace
 
