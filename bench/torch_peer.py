@@ -62,11 +62,17 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--amp", action="store_true",
+                        help="float16 autocast + GradScaler on CUDA, bfloat16 autocast on CPU")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    amp_dtype = torch.float16 if args.device == "cuda" else torch.bfloat16
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp and args.device == "cuda")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = MODELS[args.model]()
+    model = MODELS[args.model]().to(device)
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if count != PARAMETERS[args.model]:
         sys.exit(f"{args.model}: {count} parameters, expected {PARAMETERS[args.model]}")
@@ -86,10 +92,13 @@ def main():
         index = order[position:position + args.batch_size]
         position += args.batch_size
         x, y = augmented_batch(images, labels, index, generator)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
+        with torch.autocast(args.device, dtype=amp_dtype, enabled=args.amp):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         loss.item()
     seconds = time.perf_counter() - start
     print(f"model={args.model} threads={torch.get_num_threads()} parameters={count}")

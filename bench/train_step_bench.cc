@@ -21,6 +21,7 @@
 #include "models/registry.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
+#include "trainer/device.h"
 #include "trainer/elastic/sampler.h"
 #include "trainer/flags.h"
 #include "trainer/learner.h"
@@ -42,6 +43,8 @@ struct BenchOptions {
   std::string peer = "bench/torch_peer.py";
   std::string subset_model = "resnet8";
   int64_t subset_epochs = 10;
+  std::string device = "cpu";
+  bool amp = false;
 };
 
 std::vector<std::string> SplitList(const std::string& list) {
@@ -69,8 +72,10 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
   learner_options.optimizer.weight_decay = 5e-4;
   learner_options.schedule.kind = ScheduleKind::kConstant;
   learner_options.schedule.base_lr = 0.1;
+  learner_options.amp = o.amp;
   SeedTorch(0);
-  Learner learner(elastic::models::CreateModel(model, 10), learner_options, torch::kCPU);
+  Learner learner(elastic::models::CreateModel(model, 10), learner_options,
+                  ResolveDevice(o.device, 0));
 
   uint64_t epoch = 0;
   loader.Start(sampler.Permutation(epoch), epoch);
@@ -96,7 +101,9 @@ double MeasurePyTorch(const std::string& model, const BenchOptions& o) {
   command << "OMP_NUM_THREADS=" << o.threads << " " << o.python << " " << o.peer
           << " --model=" << model << " --data-dir=" << o.data_dir
           << " --batch-size=" << o.batch_size << " --threads=" << o.threads
-          << " --warmup-steps=" << o.warmup_steps << " --steps=" << o.steps << " 2>&1";
+          << " --warmup-steps=" << o.warmup_steps << " --steps=" << o.steps
+          << " --device=" << (o.device == "cpu" ? "cpu" : "cuda") << (o.amp ? " --amp" : "")
+          << " 2>&1";
   FILE* pipe = ::popen(command.str().c_str(), "r");
   if (pipe == nullptr) return 0;
   std::string output;
@@ -131,6 +138,8 @@ int main(int argc, char** argv) {
   flags.AddString("peer", &o.peer, "Path of bench/torch_peer.py.");
   flags.AddString("subset-model", &o.subset_model, "Model trained on the CIFAR-10 subset.");
   flags.AddInt("subset-epochs", &o.subset_epochs, "Epochs on the subset; 0: skip.");
+  flags.AddString("device", &o.device, "cpu, cuda or cuda:N, both sides (--config=cuda build).");
+  flags.AddBool("amp", &o.amp, "Mixed precision, both sides (float16 + loss scaling on CUDA).");
   try {
     flags.Parse(argc, argv);
   } catch (const FlagError& e) {
@@ -156,10 +165,10 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "training throughput, batch %lld, %lld compute threads, %lld CIFAR-10 images "
+      "training throughput on %s%s, batch %lld, %lld compute threads, %lld CIFAR-10 images "
       "from %s, SGD momentum 0.9\n\n",
-      static_cast<long long>(o.batch_size), static_cast<long long>(o.threads),
-      static_cast<long long>(train->size()), o.data_dir.c_str());
+      o.device.c_str(), o.amp ? " with --amp" : "", static_cast<long long>(o.batch_size),
+      static_cast<long long>(o.threads), static_cast<long long>(train->size()), o.data_dir.c_str());
   std::printf(
       "| model | parameters | C++ (ours) img/s | PyTorch (Python) img/s | ours / PyTorch |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
@@ -189,6 +198,8 @@ int main(int argc, char** argv) {
     t.threads = o.threads;
     t.loader_threads = o.loader_threads;
     t.log_every = 1000000;
+    t.device = o.device;
+    t.amp = o.amp;
     std::printf("\n%s on the CIFAR-10 subset, %lld epochs (SGD lr 0.1, cosine, batch %lld):\n",
                 t.model.c_str(), static_cast<long long>(t.epochs),
                 static_cast<long long>(t.batch_size));

@@ -54,6 +54,8 @@ class Communicator {
   uint64_t generation() const { return membership_.generation; }
   Timeout default_timeout() const { return default_timeout_; }
   virtual std::string backend() const = 0;
+  // True when buffers are GPU device memory (NCCL); otherwise host memory.
+  virtual bool reduces_device_memory() const { return false; }
 
   // In place: data[0..count) of every member becomes the reduction over members.
   std::shared_ptr<Work> AllreduceAsync(void* data, size_t count, DataType type, ReduceOp op,

@@ -170,6 +170,7 @@ class NcclCommunicator : public Communicator {
   }
 
   std::string backend() const override { return "nccl"; }
+  bool reduces_device_memory() const override { return true; }
 
   void Abort() override {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -219,6 +220,14 @@ class NcclCommunicator : public Communicator {
       throw CollectiveAborted(what + ": communicator aborted");
     }
     CheckCuda(cudaSetDevice(device_), what);
+    // The buffer was written by work queued on the legacy default stream (where
+    // LibTorch runs unless told otherwise), which a non-blocking stream does not
+    // wait for: order the collective after it.
+    cudaEvent_t ready;
+    CheckCuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
+    CheckCuda(cudaEventRecord(ready, cudaStreamLegacy), what);
+    CheckCuda(cudaStreamWaitEvent(state_->stream, ready, 0), what);
+    cudaEventDestroy(ready);
     state_->Settle(enqueue(state_->comm, state_->stream), what, deadline);
     cudaEvent_t event;
     CheckCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), what);

@@ -1,6 +1,7 @@
 // The GPU backend: NCCL. Buffers passed to its operations are CUDA device
 // pointers on the communicator's device; operations run on the communicator's
-// own CUDA stream, and Wait() blocks until they have completed on the GPU.
+// own CUDA stream, after the work already queued on the legacy default stream
+// (LibTorch's), and Wait() blocks until they have completed on the GPU.
 //
 // Rendezvous: rank 0 creates the ncclUniqueId and publishes it in the runtime's
 // key-value store under a generation-scoped key; the others wait for it. Init

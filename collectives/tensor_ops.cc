@@ -22,6 +22,30 @@ class TensorWork : public Work {
   std::vector<at::Tensor> tensors_;
 };
 
+// A GPU tensor on a host-memory backend (Gloo, MPI) goes through a host copy:
+// the operation runs on the copy and Wait() copies the result back.
+class StagedWork : public Work {
+ public:
+  StagedWork(std::shared_ptr<Work> inner, at::Tensor device, at::Tensor host)
+      : inner_(std::move(inner)), device_(std::move(device)), host_(std::move(host)) {}
+  bool IsCompleted() override { return inner_->IsCompleted(); }
+  void Wait() override {
+    inner_->Wait();
+    if (!copied_back_) device_.copy_(host_);
+    copied_back_ = true;
+  }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  at::Tensor device_;
+  at::Tensor host_;
+  bool copied_back_ = false;
+};
+
+bool NeedsStaging(const Communicator& comm, const at::Tensor& tensor) {
+  return !tensor.is_cpu() && !comm.reduces_device_memory();
+}
+
 void CheckDense(const at::Tensor& tensor, const char* op) {
   if (!tensor.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
   if (tensor.layout() != c10::kStrided) {
@@ -55,6 +79,10 @@ DataType ToDataType(c10::ScalarType type) {
 std::shared_ptr<Work> AllreduceAsync(Communicator& comm, const at::Tensor& tensor, ReduceOp op,
                                      Timeout timeout) {
   CheckDense(tensor, "allreduce");
+  if (NeedsStaging(comm, tensor)) {
+    at::Tensor host = tensor.cpu();
+    return std::make_shared<StagedWork>(AllreduceAsync(comm, host, op, timeout), tensor, host);
+  }
   auto work = comm.AllreduceAsync(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
                                   ToDataType(tensor.scalar_type()), op, timeout);
   return std::make_shared<TensorWork>(std::move(work), std::vector<at::Tensor>{tensor});
@@ -63,6 +91,10 @@ std::shared_ptr<Work> AllreduceAsync(Communicator& comm, const at::Tensor& tenso
 std::shared_ptr<Work> BroadcastAsync(Communicator& comm, const at::Tensor& tensor, int root,
                                      Timeout timeout) {
   CheckDense(tensor, "broadcast");
+  if (NeedsStaging(comm, tensor)) {
+    at::Tensor host = tensor.cpu();
+    return std::make_shared<StagedWork>(BroadcastAsync(comm, host, root, timeout), tensor, host);
+  }
   auto work = comm.BroadcastAsync(tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
                                   ToDataType(tensor.scalar_type()), root, timeout);
   return std::make_shared<TensorWork>(std::move(work), std::vector<at::Tensor>{tensor});
@@ -78,6 +110,7 @@ void Broadcast(Communicator& comm, const at::Tensor& tensor, int root, Timeout t
 
 at::Tensor Allgather(Communicator& comm, const at::Tensor& tensor, Timeout timeout) {
   CheckDense(tensor, "allgather");
+  if (NeedsStaging(comm, tensor)) return Allgather(comm, tensor.cpu(), timeout).to(tensor.device());
   std::vector<int64_t> shape = {comm.size()};
   for (int64_t d : tensor.sizes()) shape.push_back(d);
   at::Tensor output = at::empty(shape, tensor.options());

@@ -1,7 +1,9 @@
 // The thin LibTorch adapter: collectives on tensors, mapped onto the raw-buffer
-// Communicator. Tensors must be dense and contiguous, on the device the backend
-// works on (CPU for Gloo and MPI, CUDA for NCCL). A returned Work keeps its
-// tensors alive until it is destroyed.
+// Communicator. Tensors must be dense and contiguous. NCCL works on CUDA
+// tensors in place; for a CUDA tensor on a host backend (Gloo, MPI) the
+// operation runs on a host copy, and the result reaches the tensor when the
+// Work is waited for. A returned Work keeps its tensors alive until it is
+// destroyed.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,10 +1,42 @@
 #include "trainer/amp.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <stdexcept>
 
 namespace elastic::trainer {
+namespace {
+
+// LibTorch 2.4 replaced the per-backend autocast calls (Debian's 1.13 has only
+// those) by calls that take the device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool AutocastEnabled(at::DeviceType type) { return at::autocast::is_autocast_enabled(type); }
+void SetAutocastEnabled(at::DeviceType type, bool on) {
+  at::autocast::set_autocast_enabled(type, on);
+}
+at::ScalarType AutocastDtype(at::DeviceType type) { return at::autocast::get_autocast_dtype(type); }
+void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
+  at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+bool AutocastEnabled(at::DeviceType type) {
+  return type == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void SetAutocastEnabled(at::DeviceType type, bool on) {
+  type == at::kCUDA ? at::autocast::set_enabled(on) : at::autocast::set_cpu_enabled(on);
+}
+at::ScalarType AutocastDtype(at::DeviceType type) {
+  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                           : at::autocast::get_autocast_cpu_dtype();
+}
+void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
+  type == at::kCUDA ? at::autocast::set_autocast_gpu_dtype(dtype)
+                    : at::autocast::set_autocast_cpu_dtype(dtype);
+}
+#endif
+
+}  // namespace
 
 void CheckAutocastSupported(const torch::Device& device) {
   if (!device.is_cpu() && !device.is_cuda()) {
@@ -26,17 +58,11 @@ void CheckAutocastSupported(const torch::Device& device) {
 AutocastScope::AutocastScope(const torch::Device& device, bool enabled)
     : cuda_(device.is_cuda()), enabled_(enabled) {
   if (!enabled_) return;
-  if (cuda_) {
-    previous_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(at::kHalf);
-    at::autocast::set_enabled(true);
-  } else {
-    previous_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
-  }
+  const at::DeviceType type = cuda_ ? at::kCUDA : at::kCPU;
+  previous_ = AutocastEnabled(type);
+  previous_dtype_ = AutocastDtype(type);
+  SetAutocastDtype(type, cuda_ ? at::kHalf : at::kBFloat16);
+  SetAutocastEnabled(type, true);
   at::autocast::increment_nesting();
 }
 
@@ -45,13 +71,9 @@ AutocastScope::~AutocastScope() {
   // The cast cache holds lower-precision copies of the weights; it must not
   // outlive the step, or the next step would see stale weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(previous_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(previous_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  }
+  const at::DeviceType type = cuda_ ? at::kCUDA : at::kCPU;
+  SetAutocastEnabled(type, previous_);
+  SetAutocastDtype(type, previous_dtype_);
 }
 
 DynamicLossScaler::DynamicLossScaler(double initial_scale, double growth_factor,

@@ -12,6 +12,7 @@
 #include "models/registry.h"
 #include "trainer/amp.h"
 #include "trainer/bytes.h"
+#include "trainer/device.h"
 #include "trainer/optimizer.h"
 
 namespace elastic::trainer {
@@ -169,9 +170,10 @@ LearnerOptions SmallOptions() {
 }
 
 std::unique_ptr<Learner> MakeLearner(uint64_t seed, LearnerOptions options = SmallOptions(),
-                                     const std::string& model = "resnet8") {
+                                     const std::string& model = "resnet8",
+                                     torch::Device device = torch::kCPU) {
   SeedTorch(seed);
-  return std::make_unique<Learner>(models::CreateModel(model, 10), options, torch::kCPU);
+  return std::make_unique<Learner>(models::CreateModel(model, 10), options, device);
 }
 
 struct FixedBatches {
@@ -214,6 +216,72 @@ TEST(LearnerTest, AmpOnCpuTrainsInBfloat16) {
   EXPECT_FALSE(first.skipped);
   EXPECT_LT(last, first.loss_sum * 0.6);
   for (const auto& p : learner->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+}
+
+TEST(DeviceTest, SpecsResolveToWhatThisMachineHas) {
+  EXPECT_EQ(ResolveDevice("cpu", 3), torch::Device(torch::kCPU));
+  EXPECT_THROW(ResolveDevice("gpu", 0), std::runtime_error);
+  const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (gpus == 0) {
+    EXPECT_EQ(ResolveDevice("auto", 0), torch::Device(torch::kCPU));
+    try {
+      ResolveDevice("cuda", 0);
+      FAIL() << "--device=cuda without a GPU must fail";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_EQ(ResolveDevice("auto", gpus + 1), torch::Device(torch::kCUDA, 1 % gpus));
+    EXPECT_EQ(ResolveDevice("cuda:0", 5), torch::Device(torch::kCUDA, 0));
+    EXPECT_THROW(ResolveDevice("cuda:" + std::to_string(gpus), 0), std::runtime_error);
+  }
+}
+
+// The GPU cases run where LibTorch has CUDA and a device (--config=cuda on a
+// GPU machine, docs/operations.md); elsewhere they skip, saying why.
+#define SKIP_WITHOUT_CUDA()         \
+  if (!torch::cuda::is_available()) \
+  GTEST_SKIP() << "skipped, needs a CUDA LibTorch and a GPU (--config=cuda on a GPU machine)"
+
+TEST(LearnerTest, AmpOnCudaTrainsInFloat16WithLossScaling) {
+  SKIP_WITHOUT_CUDA();
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.amp = true;
+  auto learner = MakeLearner(1, o, "resnet8", torch::Device(torch::kCUDA, 0));
+  const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
+  double last = first.loss_sum;
+  int skipped = first.skipped ? 1 : 0;
+  for (int i = 0; i < 15; ++i) {
+    const StepStats stats = learner->Step(data.images[0], data.labels[0], 1.0);
+    last = stats.loss_sum;
+    skipped += stats.skipped ? 1 : 0;
+  }
+  EXPECT_LT(skipped, 4) << "the loss scale should settle after a few overflow steps";
+  EXPECT_LT(last, first.loss_sum * 0.6);
+  for (const auto& p : learner->parameters()) {
+    EXPECT_TRUE(p.is_cuda());
+    EXPECT_EQ(p.scalar_type(), torch::kFloat);  // master weights stay float32
+  }
+}
+
+TEST(LearnerTest, StateCapturedOnTheGpuRestoresOnTheCpuAndBack) {
+  SKIP_WITHOUT_CUDA();
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();  // SGD with momentum: optimizer state on the device
+  auto gpu = MakeLearner(1, o, "resnet8", torch::Device(torch::kCUDA, 0));
+  for (int i = 0; i < 3; ++i) gpu->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+  auto cpu = MakeLearner(99, o);
+  cpu->RestoreState(gpu->CaptureState());
+  auto params = cpu->model().named_parameters();
+  for (const auto& item : gpu->model().named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value().cpu(), params[item.key()])) << item.key();
+  }
+  auto back = MakeLearner(5, o, "resnet8", torch::Device(torch::kCUDA, 0));
+  back->RestoreState(cpu->CaptureState());
+  const double a = gpu->Step(data.images[3], data.labels[3], 0.4).loss_sum;
+  const double b = back->Step(data.images[3], data.labels[3], 0.4).loss_sum;
+  EXPECT_NEAR(a, b, 1e-3 * std::abs(a));
 }
 
 // Records the gradient norm the hook sees (where the distributed trainer

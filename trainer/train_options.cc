@@ -1,6 +1,7 @@
 #include "trainer/train_options.h"
 
 #include <algorithm>
+#include <regex>
 #include <sstream>
 
 namespace elastic::trainer {
@@ -63,6 +64,10 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddInt("checkpoint-every", &o.checkpoint_every, "Epochs between checkpoints.");
   f.AddBool("resume", &o.resume,
             "Continue from the checkpoint in --checkpoint-dir exactly where it stopped.");
+  f.AddString("device", &o.device,
+              "Where to train: auto (a GPU when this build and machine have one, else the CPU), "
+              "cpu, cuda (a worker's GPU is its index on the machine modulo the GPU count) or "
+              "cuda:N.");
   f.AddInt("threads", &o.threads, "Compute threads of LibTorch; 0: its default.");
   f.AddInt("loader-threads", &o.loader_threads, "Threads that decode and augment batches.");
   f.AddInt("log-every", &o.log_every,
@@ -84,6 +89,11 @@ std::string Show(T value) {
 }
 
 }  // namespace
+
+bool IsDeviceSpec(const std::string& spec) {
+  static const std::regex kSpec("auto|cpu|cuda(:[0-9]+)?");
+  return std::regex_match(spec, kSpec);
+}
 
 void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>& known_models) {
   if (!o.list_models && !known_models.empty() &&
@@ -123,6 +133,7 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   Require(o.seed >= 0, "seed", "must be >= 0, got " + Show(o.seed));
   Require(o.checkpoint_every >= 1, "checkpoint-every", "must be >= 1");
   Require(!o.resume || !o.checkpoint_dir.empty(), "resume", "needs --checkpoint-dir");
+  Require(IsDeviceSpec(o.device), "device", "must be auto, cpu, cuda or cuda:N, got " + o.device);
   Require(o.threads >= 0, "threads", "must be >= 0, got " + Show(o.threads));
   Require(o.loader_threads >= 1, "loader-threads", "must be >= 1");
   Require(o.log_every >= 1, "log-every", "must be >= 1");

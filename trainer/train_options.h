@@ -60,13 +60,17 @@ struct TrainOptions {
   bool resume = false;
 
   // Machine and output.
-  int64_t threads = 0;  // 0: LibTorch's default
+  std::string device = "auto";  // auto, cpu, cuda, cuda:N (trainer/device.h)
+  int64_t threads = 0;          // 0: LibTorch's default
   int64_t loader_threads = 2;
   int64_t log_every = 50;  // steps between plain progress lines
 };
 
 // Binds every TrainOptions field to a flag of `flags`.
 void RegisterTrainFlags(FlagSet& flags, TrainOptions& options);
+
+// True when `spec` is a --device value: auto, cpu, cuda or cuda:N.
+bool IsDeviceSpec(const std::string& spec);
 
 // Rejects impossible combinations with a FlagError naming the flag, e.g. a
 // negative --lr or a --model that is not in `known_models`.

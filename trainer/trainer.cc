@@ -10,6 +10,7 @@
 
 #include "models/registry.h"
 #include "trainer/checkpoint.h"
+#include "trainer/device.h"
 
 namespace elastic::trainer {
 namespace {
@@ -77,7 +78,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<const Dataset> tra
   SeedTorch(static_cast<uint64_t>(options_.seed));
   learner_ = std::make_unique<Learner>(models::CreateModel(options_.model, train_->num_classes()),
                                        MakeLearnerOptions(options_, train_->num_classes()),
-                                       torch::Device(torch::kCPU));
+                                       ResolveDevice(options_.device, 0));
   if (options_.resume) {
     const std::string path = CheckpointPath(options_.checkpoint_dir);
     try {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "collectives/gloo_communicator.h"
+#include "collectives/nccl_communicator.h"
 #include "collectives/tensor_ops.h"
 #include "models/registry.h"
 #include "runtime/head_client.h"
@@ -32,6 +33,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
+#include "trainer/device.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/sampler.h"
@@ -155,10 +157,11 @@ class Worker {
   // Owns the connection to the head, so that no membership callback can run
   // once the Worker is being destroyed.
   Worker(std::unique_ptr<runtime::HeadClient> head, TrainOptions train, ElasticOptions elastic,
-         uint64_t node_id)
+         uint64_t node_id, uint32_t worker_index)
       : train_(std::move(train)),
         elastic_(std::move(elastic)),
         node_id_(node_id),
+        worker_index_(worker_index),
         client_(std::move(head)),
         head_(*client_) {}
   ~Worker() { client_.reset(); }
@@ -172,6 +175,7 @@ class Worker {
   // The next view to train in, or nullopt when this worker should exit.
   std::optional<MembershipView> WaitForView();
   Outcome RunGeneration(const MembershipView& view);
+  bool EveryRankHasItsOwnGpu(Communicator& comm);
   void Sync(Communicator& comm, int rank);
   // Trains from the learner's (epoch, position) to the next stop; see RunGeneration.
   Outcome Train(Communicator& comm, const MembershipView& view, int rank);
@@ -203,7 +207,9 @@ class Worker {
   TrainOptions train_;
   ElasticOptions elastic_;
   uint64_t node_id_;
+  uint32_t worker_index_;  // on its node: picks the GPU with --device=cuda
   uint64_t member_id_ = 0;
+  torch::Device device_{torch::kCPU};
 
   std::shared_ptr<const Dataset> train_set_;
   std::shared_ptr<const Dataset> test_set_;
@@ -224,6 +230,10 @@ class Worker {
   std::condition_variable view_changed_;
   MembershipView latest_;              // guarded by mutex_
   Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer view
+  // The generation's data plane: gradients and model buffers. On CUDA an NCCL
+  // communicator over device memory, beside the Gloo one that carries the
+  // control values and state bytes in host memory; on the CPU the Gloo one.
+  Communicator* grad_comm_ = nullptr;  // guarded by mutex_ like live_comm_
   uint64_t last_generation_ = 0;
   bool drain_reported_ = false;
   uint64_t generation_ = 0;
@@ -252,6 +262,7 @@ void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
   // A new generation ends the old one: whoever is still blocked in one of its
   // collectives must not wait for a peer that is gone.
   if (live_comm_ != nullptr && live_comm_->generation() < latest_.generation) live_comm_->Abort();
+  if (grad_comm_ != nullptr && grad_comm_->generation() < latest_.generation) grad_comm_->Abort();
   view_changed_.notify_all();
 }
 
@@ -308,6 +319,28 @@ std::optional<MembershipView> Worker::WaitForView() {
       if (head_.Get(JobKey::kDone)) return std::nullopt;
     }
   }
+}
+
+bool Worker::EveryRankHasItsOwnGpu(Communicator& comm) {
+  // NCCL refuses two ranks on one GPU; ranks that share one reduce their
+  // gradients through host memory over Gloo instead. Every rank sees the same
+  // gathered list, so all of them choose the same data plane.
+  char hostname[256] = "localhost";
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  uint64_t host = 1469598103934665603ULL;
+  for (const char* c = hostname; *c != 0; ++c)
+    host = (host ^ static_cast<uint8_t>(*c)) * 1099511628211ULL;
+  const int64_t mine = static_cast<int64_t>((host << 8) ^ static_cast<uint64_t>(device_.index()));
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.Allgather(&mine, all.data(), 1, DataType::kInt64);
+  std::sort(all.begin(), all.end());
+  const bool own = std::adjacent_find(all.begin(), all.end()) == all.end();
+  if (!own && comm.rank() == 0) {
+    Log("generation %llu: ranks share a GPU, so gradients go through host memory over Gloo "
+        "(NCCL allows one rank per GPU)",
+        static_cast<unsigned long long>(generation_));
+  }
+  return own;
 }
 
 void Worker::Sync(Communicator& comm, int rank) {
@@ -374,7 +407,7 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
   // Evaluate rank 0's model: batch-norm statistics are per rank, parameters are not.
   for (const torch::Tensor& buffer : learner_->model().buffers()) {
     torch::Tensor b = buffer.contiguous();
-    collectives::Broadcast(comm, b, 0);
+    collectives::Broadcast(*grad_comm_, b, 0);
     if (!b.is_same(buffer)) buffer.copy_(b);
   }
   std::vector<int64_t> shard;
@@ -459,7 +492,7 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         }
         if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
         const double weight = static_cast<double>(indices.size()) / static_cast<double>(step_total);
-        WeightedAllreduceHook hook(comm, weight);
+        WeightedAllreduceHook hook(*grad_comm_, weight);
         const double epochs_done =
             static_cast<double>(p.epoch) +
             static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
@@ -549,8 +582,16 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   gloo.rendezvous_timeout = std::chrono::seconds(30);
   collectives::GlooCommunicatorFactory factory(head_, gloo);
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Communicator> nccl;
   try {
     comm = factory.Create({generation_, rank, world});
+    if (device_.is_cuda() && EveryRankHasItsOwnGpu(*comm)) {
+      collectives::NcclOptions options;
+      options.device = device_.index();
+      options.tag = "grad";
+      nccl =
+          collectives::NcclCommunicatorFactory(head_, options).Create({generation_, rank, world});
+    }
   } catch (const std::exception& e) {
     Log("generation %llu: rendezvous failed (%s); waiting for the next view",
         static_cast<unsigned long long>(generation_), e.what());
@@ -559,7 +600,11 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_comm_ = comm.get();
-    if (latest_.generation > generation_) comm->Abort();
+    grad_comm_ = nccl ? nccl.get() : comm.get();
+    if (latest_.generation > generation_) {
+      comm->Abort();
+      grad_comm_->Abort();
+    }
   }
   Outcome outcome = Outcome::kFailed;
   try {
@@ -567,9 +612,9 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     TrainOptions scaled = train_;
     if (elastic_.global_batch == 0) scaled.lr = train_.lr * world;
     SeedTorch(static_cast<uint64_t>(train_.seed));
-    learner_ = std::make_unique<Learner>(
-        models::CreateModel(train_.model, train_set_->num_classes()),
-        MakeLearnerOptions(scaled, train_set_->num_classes()), torch::Device(torch::kCPU));
+    learner_ =
+        std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
+                                  MakeLearnerOptions(scaled, train_set_->num_classes()), device_);
     if (rank == 0 && !head_.Get(JobKey::kStarted)) {
       if (train_.resume) {
         const std::string path = CheckpointPath(train_.checkpoint_dir);
@@ -593,11 +638,13 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
         static_cast<unsigned long long>(generation_), e.what(), static_cast<long long>(p.epoch),
         static_cast<long long>(p.position));
     comm->Abort();
+    if (nccl) nccl->Abort();
     outcome = Outcome::kFailed;
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_comm_ = nullptr;
+    grad_comm_ = nullptr;
   }
   return outcome;
 }
@@ -608,6 +655,8 @@ int Worker::Run() {
   } else {
     torch::set_num_threads(1);  // one process per core is the fast split on CPUs
   }
+  device_ = ResolveDevice(train_.device, worker_index_);
+  Log("training on %s", device_.str().c_str());
   train_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTrain);
   test_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTest);
   train_size_ = Limit(train_set_->size(), train_.train_samples);
@@ -621,9 +670,9 @@ int Worker::Run() {
 
   // The initial commit: a freshly seeded model (rank 0's is what everyone gets).
   SeedTorch(static_cast<uint64_t>(train_.seed));
-  learner_ = std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
-                                       MakeLearnerOptions(train_, train_set_->num_classes()),
-                                       torch::Device(torch::kCPU));
+  learner_ =
+      std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
+                                MakeLearnerOptions(train_, train_set_->num_classes()), device_);
   commit_.learner = learner_->CaptureState();
 
   head_.Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
@@ -680,7 +729,7 @@ int RunWorker() {
     TrainOptions train;
     ElasticOptions elastic;
     ParseJobArgs(args, &train, &elastic);
-    Worker worker(std::move(head), train, elastic, env.node_id);
+    Worker worker(std::move(head), train, elastic, env.node_id, env.worker_index);
     return worker.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[worker pid %d] error: %s\n", static_cast<int>(::getpid()), e.what());
