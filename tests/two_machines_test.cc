@@ -9,6 +9,7 @@
 // test falls back to two addresses of the one loopback interface (head on
 // 127.0.0.2) and says so loudly: that proves less, and the log shows it.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,6 +73,65 @@ struct Machine {
   }
 };
 
+// Bazel ends a test that runs past its timeout with SIGTERM, which runs no
+// destructor: the machines' processes (process groups of their own) and the
+// namespaces would outlive the test. So while a test runs, SIGTERM and SIGINT
+// kill those groups and delete the namespaces first, with async-signal-safe
+// calls only (kill, fork, execv, waitpid), then end the test.
+namespace signal_teardown {
+
+char ip[64];
+char namespaces[2][64];
+volatile sig_atomic_t namespace_count = 0;
+volatile pid_t groups[4];
+volatile sig_atomic_t group_count = 0;
+
+void OnSignal(int signal_number) {
+  for (int i = 0; i < group_count; ++i) ::kill(-groups[i], SIGKILL);
+  for (int i = 0; i < namespace_count; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      char netns[] = "netns", del[] = "delete";
+      char* argv[] = {ip, netns, del, namespaces[i], nullptr};
+      ::execv(ip, argv);
+      ::_exit(127);
+    }
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+  }
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+}
+
+void AddNamespaces(const std::string& ip_path, const std::string& a, const std::string& b) {
+  std::snprintf(ip, sizeof(ip), "%s", ip_path.c_str());
+  std::snprintf(namespaces[0], sizeof(namespaces[0]), "%s", a.c_str());
+  std::snprintf(namespaces[1], sizeof(namespaces[1]), "%s", b.c_str());
+  namespace_count = 2;
+}
+
+void RemoveNamespaces() { namespace_count = 0; }
+
+void AddProcessGroup(pid_t group) {
+  if (group_count < 4) groups[group_count++] = group;
+}
+
+// Installs the handler for its lifetime; declare it before what it cleans up.
+class Scope {
+ public:
+  Scope() {
+    ::signal(SIGTERM, OnSignal);
+    ::signal(SIGINT, OnSignal);
+  }
+  ~Scope() {
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
+    group_count = 0;
+    namespace_count = 0;
+  }
+};
+
+}  // namespace signal_teardown
+
 // Two network namespaces joined by a veth pair, deleted (with the link) when
 // this goes away, also when the test fails. Names carry the test's pid, so
 // parallel runs never collide and leftovers of a killed run are recognised.
@@ -97,6 +157,7 @@ class NamespacePair {
     const std::string ns_a = std::string(kNamespacePrefix) + "a-" + suffix;
     const std::string ns_b = std::string(kNamespacePrefix) + "b-" + suffix;
     const std::string net = "10.77." + std::to_string(subnet) + ".";
+    signal_teardown::AddNamespaces(ip, ns_a, ns_b);
     pair->a_ = {{ip, "netns", "exec", ns_a}, net + "1"};
     pair->b_ = {{ip, "netns", "exec", ns_b}, net + "2"};
     const std::vector<std::string> setup = {
@@ -123,6 +184,7 @@ class NamespacePair {
   }
 
   ~NamespacePair() {
+    signal_teardown::RemoveNamespaces();
     for (const std::string& ns : namespaces_) {
       std::string output;
       if (RunCommand(ip_ + " netns delete " + ns, &output) != 0)
@@ -201,6 +263,7 @@ void CheckChecksums(const std::string& output) {
 }
 
 TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
+  const signal_teardown::Scope teardown_on_signal;
   const std::string dir = TempDir("two");
   std::string why_not;
   const std::unique_ptr<NamespacePair> namespaces = NamespacePair::Create(&why_not);
@@ -229,6 +292,7 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
                  "--test-samples=1000", "--epochs=4", "--batch-size=32", "--lr=0.05", "--seed=1",
                  "--loader-threads=1", "--log-every=1"}),
       dir + "/machine-a.log");
+  signal_teardown::AddProcessGroup(driver.pid());
   const std::smatch listen = driver.WaitFor(
       "head listening on " + std::regex_replace(a.address, std::regex("\\."), "\\.") + ":(\\d+)",
       std::chrono::seconds(120));
@@ -241,6 +305,7 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   Process joiner(
       b.Command({kBinary, "--join=" + head, "--workers=2", "--token-file=" + dir + "/token"}),
       dir + "/machine-b.log");
+  signal_teardown::AddProcessGroup(joiner.pid());
 
   ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << driver.Output() << joiner.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
