@@ -2,6 +2,10 @@
 // exposition text parsed back, counters checked across scrapes.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "monitoring/metrics_exposer.h"
 #include "monitoring/testing/exposition.h"
 #include "monitoring/testing/http_get.h"
@@ -186,6 +190,36 @@ TEST(MetricsExposerTest, ImpossibleOptionsNameTheFlag) {
   MetricsOptions any_interface;
   any_interface.address = "0.0.0.0";
   EXPECT_NO_THROW(ValidateMetricsOptions(any_interface));
+}
+
+// The driver's last values reach Prometheus only if it scrapes once more
+// before the process exits; AwaitNextScrape waits for that scrape, and only
+// when something is scraping.
+TEST(MetricsExposerTest, AwaitNextScrapeWaitsOnlyForAScraperThatIsThere) {
+  TrainingMetrics metrics;
+  MetricsExposer exposer(AnyFreePort());
+  exposer.Serve(metrics.registry());
+  EXPECT_FALSE(exposer.AwaitNextScrape(std::chrono::seconds(60))) << "nothing scraped yet";
+
+  std::atomic<bool> scraping{true};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    while (scraping) {
+      if (HttpGet(exposer.url(), 30).status == 200) ++scrapes;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  while (scrapes < 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  metrics.SetWorldSize(7);
+  const int before = scrapes;
+  EXPECT_TRUE(exposer.AwaitNextScrape(std::chrono::seconds(60)));
+  scraping = false;
+  scraper.join();
+  EXPECT_GT(scrapes, before);
+  EXPECT_EQ(ScrapeOverHttp(exposer).Value("elastic_world_size"), 7.0);
+
+  // The scraper is gone: the wait ends after twice its interval, with false.
+  EXPECT_FALSE(exposer.AwaitNextScrape(std::chrono::seconds(60)));
 }
 
 }  // namespace

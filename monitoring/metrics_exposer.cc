@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
@@ -117,12 +118,34 @@ void MetricsExposer::ServeLoop() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     const int connection = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (connection < 0) continue;  // e.g. the client reset before accept
-    Answer(connection);
+    const bool scraped = Answer(connection);
     ::close(connection);
+    if (scraped) {
+      std::lock_guard<std::mutex> lock(scrape_mutex_);
+      ++scrapes_answered_;
+      previous_answer_ = last_answer_;
+      last_answer_ = std::chrono::steady_clock::now();
+      scrape_answered_.notify_all();
+    }
   }
 }
 
-void MetricsExposer::Answer(int connection) {
+bool MetricsExposer::AwaitNextScrape(std::chrono::seconds max_wait) {
+  std::unique_lock<std::mutex> lock(scrape_mutex_);
+  if (scrapes_answered_ < 2) return false;
+  // Twice the scraper's interval and a second cover its jitter (a loaded
+  // machine delays it).
+  const auto interval = last_answer_ - previous_answer_;
+  const auto wait = std::min<std::chrono::steady_clock::duration>(
+      2 * interval + std::chrono::seconds(1), max_wait);
+  // The serving thread is the only one that collects, so the first scrape
+  // begun after this point is number `begun + 1`; one already begun may have
+  // collected before the caller's last values were set.
+  const uint64_t begun = scrapes_begun_;
+  return scrape_answered_.wait_for(lock, wait, [&] { return scrapes_answered_ > begun; });
+}
+
+bool MetricsExposer::Answer(int connection) {
   const timeval timeout{kClientTimeoutSeconds, 0};
   ::setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   ::setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
@@ -141,18 +164,25 @@ void MetricsExposer::Answer(int connection) {
       method_end == std::string::npos ? std::string::npos : request.find(' ', method_end + 1);
   if (target_end == std::string::npos) {
     SendAll(connection, Response("400 Bad Request", "text/plain", "malformed HTTP request\n"));
-    return;
+    return false;
   }
   const std::string method = request.substr(0, method_end);
   std::string target = request.substr(method_end + 1, target_end - method_end - 1);
   target = target.substr(0, target.find('?'));
   if (target != kMetricsPath) {
     SendAll(connection, Response("404 Not Found", "text/plain", "only /metrics is served\n"));
-  } else if (method != "GET") {
-    SendAll(connection, Response("405 Method Not Allowed", "text/plain", "use GET\n"));
-  } else {
-    SendAll(connection, Response("200 OK", "text/plain; version=0.0.4", Exposition()));
+    return false;
   }
+  if (method != "GET") {
+    SendAll(connection, Response("405 Method Not Allowed", "text/plain", "use GET\n"));
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(scrape_mutex_);
+    ++scrapes_begun_;
+  }
+  SendAll(connection, Response("200 OK", "text/plain; version=0.0.4", Exposition()));
+  return true;
 }
 
 std::string MetricsExposer::Exposition() {

@@ -453,6 +453,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
     Say("driver: workers did not exit within 60 s; stopping them");
     agent.StopWorkers();
   }
+  metrics.AwaitFinalScrape();
   return code;
 }
 

@@ -108,6 +108,10 @@ void JobMetrics::OnEpoch(const EpochReport& e) {
   history_.RecordEpoch(record);
 }
 
+void JobMetrics::AwaitFinalScrape() {
+  if (exposer_) exposer_->AwaitNextScrape(std::chrono::seconds(60));
+}
+
 std::string JobMetrics::WriteReport(const std::string& run_dir, const std::string& title) {
   monitoring::RunReportOptions options;
   options.title = title;

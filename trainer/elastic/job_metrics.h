@@ -60,6 +60,12 @@ class JobMetrics {
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
 
+  // At the end of the job: lets a Prometheus that has been scraping the
+  // endpoint collect the final values (last epoch, test accuracy) before the
+  // driver exits; see MetricsExposer::AwaitNextScrape. No wait when nothing
+  // scrapes, a minute at most.
+  void AwaitFinalScrape();
+
   // Writes <run_dir>/report.html; returns its path.
   std::string WriteReport(const std::string& run_dir, const std::string& title);
 

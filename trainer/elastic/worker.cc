@@ -37,6 +37,7 @@
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/sampler.h"
+#include "trainer/elastic/source_address.h"
 #include "trainer/evaluate.h"
 #include "trainer/learner.h"
 #include "trainer/trainer.h"
@@ -238,6 +239,9 @@ class Worker {
   bool drain_reported_ = false;
   uint64_t generation_ = 0;
   int world_ = 0;
+  // Where peers reach this worker's collectives: the address it reaches the
+  // head from, so workers on other machines (of the head's network) connect.
+  std::string collectives_host_;
 
   // Last: destroyed (in ~Worker, explicitly) before everything its callback touches.
   std::unique_ptr<runtime::HeadClient> client_;
@@ -577,6 +581,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   const int world = static_cast<int>(view.members.size());
   world_ = world;
   collectives::GlooOptions gloo;
+  gloo.hostname = collectives_host_;
   gloo.tag = "train";
   gloo.default_timeout = std::chrono::seconds(60);
   gloo.rendezvous_timeout = std::chrono::seconds(30);
@@ -675,6 +680,8 @@ int Worker::Run() {
                                 MakeLearnerOptions(train_, train_set_->num_classes()), device_);
   commit_.learner = learner_->CaptureState();
 
+  const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
+  collectives_host_ = SourceAddressToward(env.head_host, env.head_port);
   head_.Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
@@ -688,7 +695,8 @@ int Worker::Run() {
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
-  Log("registered (node %llu); waiting for a view", static_cast<unsigned long long>(node_id_));
+  Log("registered (node %llu) from %s; waiting for a view",
+      static_cast<unsigned long long>(node_id_), collectives_host_.c_str());
 
   while (true) {
     const std::optional<MembershipView> view = WaitForView();

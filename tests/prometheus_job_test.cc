@@ -1,0 +1,212 @@
+// A real Prometheus server (Debian's /usr/bin/prometheus) scrapes a real
+// elastic job of //trainer:cifar through the shipped scrape config while the
+// job grows from 2 to 4 workers by --join. After the job, the test reads the
+// stored series back through Prometheus's HTTP API and holds them to what the
+// driver printed: the world sizes of the epoch summaries, the test accuracy of
+// every epoch (the last one included: the driver waits for a final scrape),
+// the joins, and the generations.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "monitoring/testing/child_process.h"
+#include "monitoring/testing/prometheus_server.h"
+#include "monitoring/testing/runfiles.h"
+#include "tests/process.h"
+
+namespace {
+
+using elastic::monitoring::testing::PrometheusServer;
+using elastic::tests::Process;
+using nlohmann::json;
+
+constexpr char kBinary[] = "trainer/cifar";
+constexpr int kJoiningWorkers = 2;
+// Long enough for any job of this test: range selectors see its whole life.
+constexpr char kWholeRun[] = "[1h]";
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = elastic::monitoring::testing::TestTempDir() + "/" + name;
+  const std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  if (std::system(command.c_str()) != 0) std::abort();
+  return dir;
+}
+
+// One epoch summary line of the driver, as printed.
+struct PrintedEpoch {
+  int epoch = 0;
+  int world = 0;
+  double test_accuracy = 0;  // a ratio: the printed percentage / 100
+};
+
+std::vector<PrintedEpoch> PrintedEpochs(const std::string& output) {
+  const std::regex re(
+      "epoch (\\d+)/\\d+ world (\\d+) \\| train loss \\S+ acc \\S+% \\| test loss \\S+ acc "
+      "([0-9.]+)%");
+  std::vector<PrintedEpoch> epochs;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    epochs.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stod((*it)[3]) / 100});
+  }
+  return epochs;
+}
+
+// The generations the driver announced ("driver: generation N: W workers").
+std::vector<int> PrintedGenerations(const std::string& output) {
+  const std::regex re("driver: generation (\\d+): \\d+ workers");
+  std::vector<int> generations;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    generations.push_back(std::stoi((*it)[1]));
+  }
+  return generations;
+}
+
+// Every stored sample of one series, by timestamp in ms: a range selector
+// evaluated as an instant query returns the raw scraped values.
+std::map<int64_t, double> RawSeries(const PrometheusServer& prometheus,
+                                    const std::string& selector) {
+  const PrometheusServer::QueryResult result = prometheus.Query(selector + kWholeRun);
+  std::map<int64_t, double> series;
+  EXPECT_TRUE(result.data.has_value()) << selector << ": " << result.error;
+  if (!result.data) return series;
+  EXPECT_EQ(result.data->at("resultType"), "matrix") << *result.data;
+  EXPECT_EQ(result.data->at("result").size(), 1u) << selector << ": " << *result.data;
+  if (result.data->at("result").size() != 1) return series;
+  for (const json& point : result.data->at("result")[0].at("values")) {
+    const int64_t ms = static_cast<int64_t>(point[0].get<double>() * 1000 + 0.5);
+    series[ms] = std::stod(point[1].get<std::string>());
+  }
+  return series;
+}
+
+// The values of `series` in order, each run of equal values once.
+std::vector<double> DistinctRuns(const std::vector<double>& values) {
+  std::vector<double> runs;
+  for (double v : values)
+    if (runs.empty() || runs.back() != v) runs.push_back(v);
+  return runs;
+}
+
+TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
+  const std::string dir = TempDir("job");
+  // Prometheus first, scraping every second a port the driver will serve on:
+  // it is ready before the job starts, so it sees the job's whole life.
+  const int metrics_port = elastic::monitoring::testing::ReserveFreePort();
+  PrometheusServer prometheus(
+      elastic::monitoring::testing::ScrapeConfigFor(
+          elastic::monitoring::testing::ReadTextFile(
+              elastic::monitoring::testing::RunfilePath("monitoring/prometheus.yml")),
+          "127.0.0.1:" + std::to_string(metrics_port), "1s"),
+      dir + "/prometheus");
+
+  // Four epochs: the joiners (which load the data set first) enter at an
+  // epoch boundary before the last one, even on a fast machine.
+  Process driver(
+      {kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
+       "--test-samples=1000", "--epochs=4", "--batch-size=32", "--lr=0.05", "--seed=1",
+       "--loader-threads=1", "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
+       "--token-file=" + dir + "/token", "--run-dir=" + dir + "/run"},
+      dir + "/driver.log");
+  const std::smatch listen =
+      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(120));
+  ASSERT_FALSE(listen.empty()) << driver.Output();
+  const std::string head_port = listen[1];
+  ASSERT_FALSE(driver.WaitFor("epoch 1/\\d+ step [3-9]", std::chrono::seconds(300)).empty())
+      << driver.Output();
+  Process joiner({kBinary, "--join=127.0.0.1:" + head_port,
+                  "--workers=" + std::to_string(kJoiningWorkers), "--token-file=" + dir + "/token"},
+                 dir + "/join.log");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << driver.Output();
+  EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
+
+  // What the driver printed.
+  const std::string output = driver.Output();
+  const std::vector<PrintedEpoch> epochs = PrintedEpochs(output);
+  ASSERT_EQ(epochs.size(), 4u) << output;
+  std::vector<double> printed_worlds, printed_accuracies;
+  for (const PrintedEpoch& e : epochs) {
+    printed_worlds.push_back(e.world);
+    printed_accuracies.push_back(e.test_accuracy);
+  }
+  // The joiners may enter at one epoch boundary or, one by one, at two.
+  ASSERT_EQ(printed_worlds.front(), 2) << output;
+  ASSERT_EQ(printed_worlds.back(), 2 + kJoiningWorkers)
+      << "the join did not take effect before the last epoch\n"
+      << output;
+  const std::vector<int> generations = PrintedGenerations(output);
+  ASSERT_GE(generations.size(), 2u) << output;
+
+  // What Prometheus stored. The target was up.
+  EXPECT_EQ(prometheus.Scalar(std::string("max_over_time(up{job=\"elastic\"}") + kWholeRun + ")"),
+            1.0)
+      << prometheus.LogTail();
+
+  // World size: the values of the scrapes taken once a generation was in
+  // force (before the first one the gauge reads 0: no world yet) went through
+  // the world sizes the epoch summaries printed, in the same order.
+  const std::map<int64_t, double> world = RawSeries(prometheus, "elastic_world_size");
+  const std::map<int64_t, double> generation = RawSeries(prometheus, "elastic_generation");
+  std::vector<double> scraped_worlds;
+  for (const auto& [ms, value] : world) {
+    const auto g = generation.find(ms);  // the same scrape stored both
+    ASSERT_NE(g, generation.end()) << "no generation sample at " << ms;
+    if (g->second != 0) scraped_worlds.push_back(value);
+  }
+  EXPECT_EQ(DistinctRuns(scraped_worlds), DistinctRuns(printed_worlds))
+      << "scraped " << json(DistinctRuns(scraped_worlds)) << "\n"
+      << output;
+
+  // Generation: went up, to the last one the driver announced.
+  std::vector<double> generations_in_order;
+  for (const auto& [ms, value] : generation)
+    if (value > 0) generations_in_order.push_back(value);
+  ASSERT_FALSE(generations_in_order.empty());
+  EXPECT_TRUE(std::is_sorted(generations_in_order.begin(), generations_in_order.end()));
+  EXPECT_EQ(generations_in_order.front(), generations.front()) << output;
+  EXPECT_EQ(generations_in_order.back(), generations.back()) << output;
+  EXPECT_GT(generations_in_order.back(), generations_in_order.front());
+
+  // Test accuracy: one value per epoch, in the order printed (0 until the
+  // first evaluation), and the last stored value is the last printed one.
+  // Values cross from the printed line to the gauge through one parse, so
+  // they agree to the printed precision.
+  std::vector<double> scraped_accuracies;
+  for (const auto& [ms, value] : RawSeries(prometheus, "elastic_test_accuracy_ratio"))
+    if (value != 0 || !scraped_accuracies.empty()) scraped_accuracies.push_back(value);
+  const std::vector<double> accuracy_runs = DistinctRuns(scraped_accuracies);
+  ASSERT_EQ(accuracy_runs.size(), DistinctRuns(printed_accuracies).size())
+      << "scraped " << json(accuracy_runs) << ", printed " << json(printed_accuracies);
+  for (size_t i = 0; i < accuracy_runs.size(); ++i)
+    EXPECT_NEAR(accuracy_runs[i], DistinctRuns(printed_accuracies)[i], 1e-9) << "epoch " << i + 1;
+  const std::optional<double> last_accuracy = prometheus.Scalar(
+      std::string("last_over_time(elastic_test_accuracy_ratio") + kWholeRun + ")");
+  ASSERT_TRUE(last_accuracy.has_value());
+  EXPECT_NEAR(*last_accuracy, epochs.back().test_accuracy, 1e-9)
+      << "Prometheus missed the final epoch's accuracy";
+
+  std::cout << "printed worlds " << json(printed_worlds) << ", test accuracies "
+            << json(printed_accuracies) << "\nscraped (" << world.size() << " scrapes) worlds "
+            << json(DistinctRuns(scraped_worlds)) << ", generations "
+            << json(DistinctRuns(generations_in_order)) << ", test accuracies "
+            << json(accuracy_runs) << std::endl;
+
+  // Membership changes: the two joiners, and nothing else happened.
+  const auto changes = [&](const std::string& reason) {
+    return prometheus.Scalar("last_over_time(elastic_membership_changes_total{reason=\"" + reason +
+                             "\"}" + kWholeRun + ")");
+  };
+  EXPECT_EQ(changes("join"), static_cast<double>(kJoiningWorkers)) << output;
+  EXPECT_EQ(changes("leave"), 0.0) << output;
+  EXPECT_EQ(changes("failure"), 0.0) << output;
+}
+
+}  // namespace
