@@ -34,7 +34,9 @@
 #include "trainer/data/loader.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/sampler.h"
+#include "trainer/elastic/worker_stats.h"
 #include "trainer/evaluate.h"
 #include "trainer/learner.h"
 #include "trainer/trainer.h"
@@ -54,6 +56,10 @@ void OnTerminate(int) { g_terminate_requested.store(true); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // A failure that no new generation can fix (the job's state is inconsistent).
@@ -160,7 +166,8 @@ class Worker {
         elastic_(std::move(elastic)),
         node_id_(node_id),
         client_(std::move(head)),
-        head_(*client_) {}
+        head_(*client_),
+        stats_publisher_(stats_, head_) {}
   ~Worker() { client_.reset(); }
 
   int Run();
@@ -232,6 +239,9 @@ class Worker {
   // Last: destroyed (in ~Worker, explicitly) before everything its callback touches.
   std::unique_ptr<runtime::HeadClient> client_;
   runtime::HeadClient& head_;
+  // For the driver's metrics (worker_stats.h): allreduces and step times.
+  WorkerStats stats_;
+  WorkerStatsPublisher stats_publisher_;
 };
 
 void Worker::Log(const char* format, ...) {
@@ -361,6 +371,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.train_seconds += control[3] / comm.size();
   pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
   commit_.learner = learner_->CaptureState();
+  stats_publisher_.PublishIfDue();
   const bool stop = control[4] > 0;
   if (stop && rank == 0) {
     const TrainingProgress& p = learner_->progress();
@@ -474,6 +485,7 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         }
         pending_seconds_ +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        stats_.ObserveStep(generation_, rank, SecondsSince(started));
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
           progress_shape_ = {steps_in_epoch, world, batch, stats.lr};
@@ -550,7 +562,8 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   collectives::GlooCommunicatorFactory factory(head_, gloo);
   std::unique_ptr<Communicator> comm;
   try {
-    comm = factory.Create({generation_, rank, world});
+    comm =
+        std::make_unique<MeteredCommunicator>(factory.Create({generation_, rank, world}), stats_);
   } catch (const std::exception& e) {
     Log("generation %llu: rendezvous failed (%s); waiting for the next view",
         static_cast<unsigned long long>(generation_), e.what());
@@ -599,6 +612,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     std::lock_guard<std::mutex> lock(mutex_);
     live_comm_ = nullptr;
   }
+  stats_publisher_.Publish();  // the generation's last counts, before this worker may leave
   return outcome;
 }
 
@@ -639,6 +653,7 @@ int Worker::Run() {
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
+  stats_publisher_.SetMemberId(member_id_);
   Log("registered (node %llu); waiting for a view", static_cast<unsigned long long>(node_id_));
 
   while (true) {
