@@ -166,8 +166,7 @@ class Worker {
         elastic_(std::move(elastic)),
         node_id_(node_id),
         client_(std::move(head)),
-        head_(*client_),
-        stats_publisher_(stats_, head_) {}
+        head_(*client_) {}
   ~Worker() { client_.reset(); }
 
   int Run();
@@ -233,15 +232,15 @@ class Worker {
   Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer view
   uint64_t last_generation_ = 0;
   bool drain_reported_ = false;
+  // For the driver's metrics (worker_stats.h): allreduces and step times.
+  WorkerStats stats_;
+  WorkerStatsPublisher stats_publisher_{stats_};
   uint64_t generation_ = 0;
   int world_ = 0;
 
   // Last: destroyed (in ~Worker, explicitly) before everything its callback touches.
   std::unique_ptr<runtime::HeadClient> client_;
   runtime::HeadClient& head_;
-  // For the driver's metrics (worker_stats.h): allreduces and step times.
-  WorkerStats stats_;
-  WorkerStatsPublisher stats_publisher_;
 };
 
 void Worker::Log(const char* format, ...) {
@@ -371,7 +370,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.train_seconds += control[3] / comm.size();
   pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
   commit_.learner = learner_->CaptureState();
-  stats_publisher_.PublishIfDue();
+  stats_publisher_.PublishIfDue(head_);
   const bool stop = control[4] > 0;
   if (stop && rank == 0) {
     const TrainingProgress& p = learner_->progress();
@@ -612,7 +611,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     std::lock_guard<std::mutex> lock(mutex_);
     live_comm_ = nullptr;
   }
-  stats_publisher_.Publish();  // the generation's last counts, before this worker may leave
+  stats_publisher_.Publish(head_);  // the generation's last counts, before this worker may leave
   return outcome;
 }
 

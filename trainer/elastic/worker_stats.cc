@@ -94,19 +94,19 @@ WorkerStatsRecord WorkerStats::Snapshot() const {
   return record_;
 }
 
-WorkerStatsPublisher::WorkerStatsPublisher(const WorkerStats& stats, runtime::KeyValueStore& store,
+WorkerStatsPublisher::WorkerStatsPublisher(const WorkerStats& stats,
                                            std::chrono::milliseconds interval)
-    : stats_(stats), store_(store), interval_(interval) {}
+    : stats_(stats), interval_(interval) {}
 
-void WorkerStatsPublisher::Publish() {
-  if (member_id_ == 0) return;  // not registered: nobody could read it
+void WorkerStatsPublisher::Publish(runtime::KeyValueStore& store) {
+  if (member_id_ == 0) return;
   last_ = std::chrono::steady_clock::now();
-  store_.Put(JobKey::WorkerStats(member_id_), stats_.Snapshot().Encode());
+  store.Put(JobKey::WorkerStats(member_id_), stats_.Snapshot().Encode());
 }
 
-void WorkerStatsPublisher::PublishIfDue() {
+void WorkerStatsPublisher::PublishIfDue(runtime::KeyValueStore& store) {
   if (last_ && std::chrono::steady_clock::now() - *last_ < interval_) return;
-  Publish();
+  Publish(store);
 }
 
 }  // namespace elastic::trainer

@@ -57,21 +57,21 @@ class WorkerStats {
   WorkerStatsRecord record_;  // guarded by mutex_
 };
 
-// Puts a worker's record under its key: Publish at once, PublishIfDue at most
-// once per `interval` (called at every commit point, which can be every step).
+// Puts a worker's record under its key in `store`: Publish at once,
+// PublishIfDue at most once per `interval` (called at every commit point, which
+// can be every step). Nothing before SetMemberId: no one could read it.
 class WorkerStatsPublisher {
  public:
-  WorkerStatsPublisher(const WorkerStats& stats, runtime::KeyValueStore& store,
-                       std::chrono::milliseconds interval = std::chrono::seconds(1));
+  explicit WorkerStatsPublisher(const WorkerStats& stats,
+                                std::chrono::milliseconds interval = std::chrono::seconds(1));
 
   // The member id is known only once the worker registered.
   void SetMemberId(uint64_t member_id) { member_id_ = member_id; }
-  void Publish();
-  void PublishIfDue();
+  void Publish(runtime::KeyValueStore& store);
+  void PublishIfDue(runtime::KeyValueStore& store);
 
  private:
   const WorkerStats& stats_;
-  runtime::KeyValueStore& store_;
   const std::chrono::milliseconds interval_;
   uint64_t member_id_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_;

@@ -87,18 +87,18 @@ TEST(WorkerStatsTest, BadRecordsAreRefusedWithTheReason) {
 TEST(WorkerStatsTest, PublisherPutsUnderTheMemberKeyAtMostOncePerInterval) {
   WorkerStats stats;
   MapStore store;
-  WorkerStatsPublisher publisher(stats, store, std::chrono::hours(1));
-  publisher.PublishIfDue();  // not registered yet: nowhere to put it
+  WorkerStatsPublisher publisher(stats, std::chrono::hours(1));
+  publisher.PublishIfDue(store);  // not registered yet: nowhere to put it
   EXPECT_EQ(store.puts, 0);
   publisher.SetMemberId(42);
   stats.ObserveAllreduce(0.001, 8);
-  publisher.PublishIfDue();
+  publisher.PublishIfDue(store);
   ASSERT_EQ(store.puts, 1);
   EXPECT_EQ(WorkerStatsRecord::Parse(store.values.at(JobKey::WorkerStats(42))).allreduces(), 1u);
   stats.ObserveAllreduce(0.001, 8);
-  publisher.PublishIfDue();  // within the hour: skipped
+  publisher.PublishIfDue(store);  // within the hour: skipped
   EXPECT_EQ(store.puts, 1);
-  publisher.Publish();  // at the end of a generation: always
+  publisher.Publish(store);  // at the end of a generation: always
   EXPECT_EQ(store.puts, 2);
   EXPECT_EQ(WorkerStatsRecord::Parse(store.values.at(JobKey::WorkerStats(42))).allreduces(), 2u);
 }
