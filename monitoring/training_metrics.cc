@@ -29,13 +29,6 @@ Histogram& MakeHistogram(Registry& registry, const std::string& name, const std:
       {}, std::move(buckets));
 }
 
-// Allreduces of small buckets take ~100 us on loopback; a stalled one over a
-// slow link seconds.
-Histogram::BucketBoundaries AllreduceBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-          0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
-}
-
 // A rebuild between epochs takes a fraction of a second; one after a failure
 // waits for the failure detector and can take tens of seconds.
 Histogram::BucketBoundaries RescaleBuckets() {
@@ -57,6 +50,15 @@ void RequireNonNegative(const char* what, double value) {
 }
 
 }  // namespace
+
+// Allreduces of small buckets take ~100 us on loopback; a stalled one over a
+// slow link seconds.
+const std::vector<double>& TrainingMetrics::AllreduceDurationBuckets() {
+  static const std::vector<double> buckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                              0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                              1,      2.5,     5,      10};
+  return buckets;
+}
 
 TrainingMetrics::TrainingMetrics()
     : registry_(std::make_shared<Registry>()),
@@ -87,7 +89,8 @@ TrainingMetrics::TrainingMetrics()
                                       "the new world",
                                       RescaleBuckets())),
       allreduce_duration_(MakeHistogram(*registry_, "elastic_allreduce_duration_seconds",
-                                        "Wall time of one allreduce call", AllreduceBuckets())),
+                                        "Wall time of one allreduce call",
+                                        AllreduceDurationBuckets())),
       allreduce_bytes_(MakeCounter(*registry_, "elastic_allreduce_bytes_total",
                                    "Payload bytes allreduced by this process")),
       runtime_messages_(MakeCounter(*registry_, "elastic_runtime_messages_total",
@@ -168,6 +171,19 @@ void TrainingMetrics::ObserveRescaleDuration(double seconds) {
 void TrainingMetrics::ObserveAllreduce(double seconds, uint64_t bytes) {
   RequireNonNegative("allreduce duration", seconds);
   allreduce_duration_.Observe(seconds);
+  allreduce_bytes_.Increment(static_cast<double>(bytes));
+}
+
+void TrainingMetrics::AddAllreduces(const std::vector<uint64_t>& bucket_counts, double seconds,
+                                    uint64_t bytes) {
+  if (bucket_counts.size() != AllreduceDurationBuckets().size() + 1) {
+    throw std::invalid_argument("allreduce histogram needs " +
+                                std::to_string(AllreduceDurationBuckets().size() + 1) +
+                                " bucket counts, got " + std::to_string(bucket_counts.size()));
+  }
+  RequireNonNegative("allreduce duration sum", seconds);
+  std::vector<double> increments(bucket_counts.begin(), bucket_counts.end());
+  allreduce_duration_.ObserveMultiple(increments, seconds);
   allreduce_bytes_.Increment(static_cast<double>(bytes));
 }
 

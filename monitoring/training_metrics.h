@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "monitoring/membership_reason.h"
 
@@ -59,8 +60,16 @@ class TrainingMetrics {
   void ObserveRescaleDuration(double seconds);
 
   // --- Communication.
+  // Upper bounds (seconds) of the allreduce duration buckets. Processes that
+  // count allreduces for this one to export (the workers) bucket by these.
+  static const std::vector<double>& AllreduceDurationBuckets();
   // One allreduce call: its wall time and the payload bytes this rank sent.
   void ObserveAllreduce(double seconds, uint64_t bytes);
+  // Allreduce calls counted elsewhere: bucket_counts[i] calls took at most
+  // AllreduceDurationBuckets()[i] seconds (and more than the bound before), the
+  // last entry counts those beyond every bound (+Inf); seconds is their sum.
+  // Throws std::invalid_argument for a wrong number of buckets or a bad sum.
+  void AddAllreduces(const std::vector<uint64_t>& bucket_counts, double seconds, uint64_t bytes);
 
   // --- Per rank. One row per live rank, labelled rank="N".
   void SetRankStepTime(int64_t rank, double seconds);

@@ -14,6 +14,7 @@ namespace {
 
 using testing::Exposition;
 using testing::ParseExposition;
+using testing::Sample;
 
 Exposition Scrape(const TrainingMetrics& metrics) { return ParseExposition(metrics.Serialize()); }
 
@@ -106,6 +107,35 @@ TEST(TrainingMetricsTest, HistogramsBucketObservationsInSeconds) {
   EXPECT_EQ(e.Value("elastic_rescale_duration_seconds_count"), 1);
   EXPECT_EQ(e.Value("elastic_rescale_duration_seconds_bucket", {{"le", "1"}}), 0);
   EXPECT_EQ(e.Value("elastic_rescale_duration_seconds_bucket", {{"le", "2.5"}}), 1);
+}
+
+TEST(TrainingMetricsTest, AllreducesBucketedElsewhereAddUpLikeObservedOnes) {
+  // The same three calls as above, bucketed by a worker: 0.002 s falls in the
+  // 0.0025 bucket (index 4), 0.003 s in 0.005 (5), 0.2 s in 0.25 (10).
+  const std::vector<double>& bounds = TrainingMetrics::AllreduceDurationBuckets();
+  ASSERT_EQ(bounds[4], 0.0025);
+  ASSERT_EQ(bounds[5], 0.005);
+  ASSERT_EQ(bounds[10], 0.25);
+  std::vector<uint64_t> counts(bounds.size() + 1, 0);
+  counts[4] = 1;
+  counts[5] = 1;
+  counts[10] = 1;
+  TrainingMetrics observed, added;
+  observed.ObserveAllreduce(0.002, 1024);
+  observed.ObserveAllreduce(0.003, 1024);
+  observed.ObserveAllreduce(0.2, 4096);
+  added.AddAllreduces(counts, 0.205, 6144);
+  const Exposition a = Scrape(observed), b = Scrape(added);
+  for (const Sample& sample : a.Find("elastic_allreduce_duration_seconds_bucket")) {
+    EXPECT_EQ(b.Value(sample.name, sample.labels), sample.value) << sample.labels.at("le");
+  }
+  EXPECT_EQ(b.Value("elastic_allreduce_duration_seconds_count"), 3);
+  EXPECT_NEAR(*b.Value("elastic_allreduce_duration_seconds_sum"), 0.205, 1e-12);
+  EXPECT_EQ(b.Value("elastic_allreduce_bytes_total"), 6144);
+
+  EXPECT_THROW(added.AddAllreduces({1, 2}, 0.1, 8), std::invalid_argument);
+  EXPECT_THROW(added.AddAllreduces(counts, -1, 8), std::invalid_argument);
+  EXPECT_EQ(Scrape(added).Value("elastic_allreduce_duration_seconds_count"), 3);
 }
 
 TEST(TrainingMetricsTest, RankRowsFollowTheLiveRanks) {

@@ -2,6 +2,7 @@
 
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "runtime/auth.h"
@@ -155,6 +156,7 @@ void Connection::ReadMore() {
           return;
         }
         self->last_received_ = std::chrono::steady_clock::now();
+        self->missed_reported_ = 0;  // the silence is over
         try {
           self->decoder_.Append(self->read_buffer_.data(), bytes);
           while (self->state_.load() != State::kClosed) {
@@ -299,7 +301,9 @@ void Connection::Tick() {
   // Bytes waiting in the socket mean the peer is alive and only this loop was
   // slow (a loaded machine); do not declare it failed for our own lateness.
   const bool data_waiting = socket_.available(ec) > 0;
+  if (!data_waiting) ReportMissedHeartbeats(silent, 0);
   if (silent > options_.heartbeat_timeout && !data_waiting) {
+    ReportMissedHeartbeats(silent, 1);
     CloseOnLoop(
         "no heartbeat for " +
         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
@@ -317,6 +321,16 @@ void Connection::Tick() {
   tick_timer_.async_wait([self](const asio::error_code& ec) {
     if (!ec) self->Tick();
   });
+}
+
+void Connection::ReportMissedHeartbeats(std::chrono::steady_clock::duration silent,
+                                        uint64_t floor) {
+  const auto intervals = static_cast<uint64_t>(silent / options_.heartbeat_interval);
+  const uint64_t missed = std::max<uint64_t>(intervals > 0 ? intervals - 1 : 0, floor);
+  if (missed <= missed_reported_) return;
+  const uint64_t more = missed - missed_reported_;
+  missed_reported_ = missed;
+  if (callbacks_.on_heartbeats_missed) callbacks_.on_heartbeats_missed(shared_from_this(), more);
 }
 
 bool Connection::Send(capnp::MessageBuilder& message) { return Enqueue(message, true); }

@@ -44,6 +44,12 @@ struct ConnectionCallbacks {
       on_message;
   // Called once, whether or not the connection ever opened.
   std::function<void(const ConnectionPtr&, const std::string& reason)> on_closed;
+  // Heartbeats the peer failed to send in time, reported as they fall due:
+  // `missed` more since the last call. A heartbeat is missed once nothing at
+  // all arrived for one full interval after it was due (so silence of s counts
+  // floor(s / interval) - 1); a close by heartbeat timeout counts at least one.
+  // Not called for our own lateness (bytes waiting unread in the socket).
+  std::function<void(const ConnectionPtr&, uint64_t missed)> on_heartbeats_missed;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -92,6 +98,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnHandshakeFrame(proto::Envelope::Reader envelope);
   void BecomeOpen();
   void Tick();
+  // Reports the heartbeats missed in the current silence (at least `floor` of them).
+  void ReportMissedHeartbeats(std::chrono::steady_clock::duration silent, uint64_t floor);
   bool Enqueue(capnp::MessageBuilder& message, bool bounded);
   void ScheduleWriteLocked();  // with send_mutex_ held
   void WriteQueued();
@@ -114,6 +122,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer handshake_timer_;
   asio::steady_timer tick_timer_;
   std::chrono::steady_clock::time_point last_received_;
+  uint64_t missed_reported_ = 0;  // in the current silence; loop thread only
 
   // Send queue, shared with sending threads.
   mutable std::mutex send_mutex_;

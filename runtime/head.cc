@@ -112,6 +112,10 @@ void Head::Accept() {
       callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string& reason) {
         OnClosed(connection, reason);
       };
+      callbacks.on_heartbeats_missed = [this](const ConnectionPtr& connection, uint64_t missed) {
+        auto it = sessions_.find(connection.get());
+        if (it != sessions_.end() && it->second->member_id != 0) heartbeats_missed_ += missed;
+      };
       Connection::Accept(loop_, std::move(socket), options_.transport, token_,
                          std::move(callbacks));
     }
@@ -144,12 +148,16 @@ void Head::OnClosed(const ConnectionPtr& connection, const std::string& reason) 
   }
 }
 
+void Head::Send(const ConnectionPtr& connection, capnp::MessageBuilder& message) {
+  if (connection->Send(message)) ++messages_sent_;
+}
+
 void Head::ReplyOk(const ConnectionPtr& connection, uint64_t request_id) {
   capnp::MallocMessageBuilder message;
   auto envelope = message.initRoot<proto::Envelope>();
   envelope.setRequestId(request_id);
   envelope.setOk();
-  connection->Send(message);
+  Send(connection, message);
 }
 
 void Head::ReplyError(const ConnectionPtr& connection, uint64_t request_id, proto::ErrorCode code,
@@ -158,7 +166,7 @@ void Head::ReplyError(const ConnectionPtr& connection, uint64_t request_id, prot
   auto envelope = message.initRoot<proto::Envelope>();
   envelope.setRequestId(request_id);
   SetError(envelope, code, text);
-  connection->Send(message);
+  Send(connection, message);
 }
 
 void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader envelope) {
@@ -166,6 +174,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
   if (it == sessions_.end()) return;
   Session& session = *it->second;
   const uint64_t request_id = envelope.getRequestId();
+  ++messages_received_;
 
   switch (envelope.which()) {
     case proto::Envelope::KV_PUT: {
@@ -182,7 +191,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
       auto kv_value = reply.initKvValue();
       kv_value.setFound(value.has_value());
       if (value) kv_value.setValue(AsData(*value));
-      connection->Send(message);
+      Send(connection, message);
       return;
     }
     case proto::Envelope::KV_WAIT:
@@ -202,7 +211,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
       auto reply = message.initRoot<proto::Envelope>();
       reply.setRequestId(request_id);
       reply.initNodeRegistered().setNodeId(session.node_id);
-      connection->Send(message);
+      Send(connection, message);
       return;
     }
     case proto::Envelope::REGISTER_MEMBER:
@@ -224,7 +233,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
       auto reply = message.initRoot<proto::Envelope>();
       reply.setRequestId(request_id);
       ToProto(Snapshot(MembershipEventKind::kSnapshot, 0, 0, ""), reply.initView());
-      connection->Send(message);
+      Send(connection, message);
       return;
     }
     case proto::Envelope::PUBLISH_VIEW: {
@@ -240,7 +249,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
       auto reply = message.initRoot<proto::Envelope>();
       reply.setRequestId(request_id);
       ToProto(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""), reply.initView());
-      connection->Send(message);
+      Send(connection, message);
       return;
     }
     case proto::Envelope::DRAINING: {
@@ -295,7 +304,7 @@ void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Re
         auto kv_value = reply.initKvValue();
         kv_value.setFound(true);
         kv_value.setValue(AsData(value));
-        connection->Send(message);
+        Send(connection, message);
       });
   if (ticket == 0) return;  // the key was there; answered already
   session.waits[serial] = Session::PendingWait{&kv_, key, ticket, timer};
@@ -334,7 +343,7 @@ void Head::HandleLookupActor(Session& session, uint64_t request_id,
         found.setName(name);
         found.initEndpoint().setHost(location.substr(0, colon));
         found.getEndpoint().setPort(static_cast<uint16_t>(std::stoul(location.substr(colon + 1))));
-        connection->Send(message);
+        Send(connection, message);
       });
   if (ticket == 0) return;
   session.waits[serial] = Session::PendingWait{&actors_, name, ticket, timer};
@@ -384,7 +393,7 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
   auto registered = reply.initMemberRegistered();
   registered.setMemberId(member.info.id);
   registered.setGeneration(generation_);
-  session.connection->Send(message);
+  Send(session.connection, message);
   Broadcast(Snapshot(MembershipEventKind::kJoined, member.info.id, member.info.node_id,
                      member.info.name));
 }
@@ -471,7 +480,7 @@ void Head::Broadcast(const MembershipUpdate& update) {
   capnp::MallocMessageBuilder message;
   ToProto(update, message.initRoot<proto::Envelope>().initMembershipUpdate());
   for (auto& [raw, session] : sessions_) {
-    if (session->subscribed) session->connection->Send(message);
+    if (session->subscribed) Send(session->connection, message);
   }
 }
 
@@ -484,6 +493,14 @@ MembershipView Head::PublishView(const std::vector<uint64_t>& member_ids) {
     PublishOnLoop(member_ids);
     return Snapshot(MembershipEventKind::kViewChanged, 0, 0, "").view;
   });
+}
+
+HeadStats Head::stats() const {
+  HeadStats stats;
+  stats.messages_received = messages_received_.load();
+  stats.messages_sent = messages_sent_.load();
+  stats.heartbeats_missed = heartbeats_missed_.load();
+  return stats;
 }
 
 }  // namespace elastic::runtime

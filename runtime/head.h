@@ -16,6 +16,7 @@
 // safe from any other thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -47,6 +48,17 @@ struct HeadOptions {
   bool admit_joins = true;
 };
 
+// What the head handled since it started: cumulative counts, so a reader that
+// polls them (the driver's metrics) folds in differences and never loses or
+// double-counts one.
+struct HeadStats {
+  uint64_t messages_received = 0;  // envelopes from clients; heartbeats excluded
+  uint64_t messages_sent = 0;      // replies and membership updates; heartbeats excluded
+  // Heartbeats that members (not node agents or other clients) failed to send
+  // in time, as ConnectionCallbacks::on_heartbeats_missed counts them.
+  uint64_t heartbeats_missed = 0;
+};
+
 class Head {
  public:
   // Binds and starts serving. Throws std::invalid_argument for a non-loopback
@@ -65,6 +77,9 @@ class Head {
   // Replaces the view by member_ids in this order, generation + 1. Throws
   // std::invalid_argument when an id is not a live member or repeats.
   MembershipView PublishView(const std::vector<uint64_t>& member_ids);
+
+  // Any thread, without waiting for the loop.
+  HeadStats stats() const;
 
  private:
   struct Session;
@@ -89,6 +104,8 @@ class Head {
                             const std::string& detail) const;
   void Broadcast(const MembershipUpdate& update);
 
+  // Every envelope the head sends goes through here, to be counted.
+  void Send(const ConnectionPtr& connection, capnp::MessageBuilder& message);
   void ReplyOk(const ConnectionPtr& connection, uint64_t request_id);
   void ReplyError(const ConnectionPtr& connection, uint64_t request_id, proto::ErrorCode code,
                   const std::string& message);
@@ -115,6 +132,11 @@ class Head {
   uint64_t next_node_id_ = 1;
   KvTable kv_;
   KvTable actors_;  // name -> "host:port"
+
+  // Written on the loop thread, read by stats() from any thread.
+  std::atomic<uint64_t> messages_received_{0};
+  std::atomic<uint64_t> messages_sent_{0};
+  std::atomic<uint64_t> heartbeats_missed_{0};
 };
 
 }  // namespace elastic::runtime

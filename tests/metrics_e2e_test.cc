@@ -122,12 +122,21 @@ TEST(MetricsEndToEndTest, ScrapesDuringARealJobAndWritesTheReport) {
   ASSERT_GE(scrapes.size(), 2u) << job.Output();
 
   bool saw_two_workers = false;
+  bool saw_step_time_of_both_ranks = false;
   for (std::size_t i = 0; i < scrapes.size(); ++i) {
     const Exposition& scrape = scrapes[i];
     const std::optional<double> world = scrape.Value("elastic_world_size");
     ASSERT_TRUE(world.has_value()) << "scrape " << i;
     EXPECT_LE(*world, 2) << "scrape " << i;
     if (*world == 2) saw_two_workers = true;
+    // The workers' own step times, one row per live rank, each a real duration.
+    const std::vector<Sample> steps = scrape.Find("elastic_rank_step_duration_seconds");
+    EXPECT_LE(steps.size(), 2u) << "scrape " << i;
+    for (const Sample& step : steps) EXPECT_GT(step.value, 0) << "scrape " << i;
+    if (scrape.Value("elastic_rank_step_duration_seconds", {{"rank", "0"}}) &&
+        scrape.Value("elastic_rank_step_duration_seconds", {{"rank", "1"}})) {
+      saw_step_time_of_both_ranks = true;
+    }
     for (const char* ratio : {"elastic_train_accuracy_ratio", "elastic_test_accuracy_ratio"}) {
       for (const Sample& sample : scrape.Find(ratio)) {
         EXPECT_GE(sample.value, 0.0) << ratio << " in scrape " << i;
@@ -143,6 +152,18 @@ TEST(MetricsEndToEndTest, ScrapesDuringARealJobAndWritesTheReport) {
     }
   }
   EXPECT_TRUE(saw_two_workers) << "no scrape showed elastic_world_size 2";
+  EXPECT_TRUE(saw_step_time_of_both_ranks) << "no scrape showed the step time of ranks 0 and 1";
+  // What the workers measured reached the driver: every step allreduces its
+  // gradients and every commit point its control vector, on both ranks.
+  const std::map<std::string, double> last = MonotonicSeries(scrapes.back());
+  EXPECT_GT(last.at("elastic_allreduce_duration_seconds_count{}"), 0) << job.Output();
+  EXPECT_GT(last.at("elastic_allreduce_duration_seconds_sum{}"), 0);
+  EXPECT_GT(last.at("elastic_allreduce_bytes_total{}"), 0);
+  EXPECT_EQ(last.at("elastic_allreduce_duration_seconds_bucket{le=+Inf,}"),
+            last.at("elastic_allreduce_duration_seconds_count{}"));
+  // The head served the job's key-value traffic and membership.
+  EXPECT_GT(last.at("elastic_runtime_messages_total{}"), 0);
+  EXPECT_TRUE(last.count("elastic_heartbeat_misses_total{}"));
   // The driver counts samples from rank 0's progress, which carries the
   // samples of the last commit and is reported again after each epoch's final
   // commit: by the last scrape at least the first epoch (1024 samples) counts.

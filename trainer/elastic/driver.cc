@@ -79,6 +79,8 @@ class Controller {
   bool Blacklisted(uint64_t node_id);
   void Publish(const std::vector<uint64_t>& ids, const std::string& reason);
   void PollReports();
+  // Folds the workers' stats records and the head's counters into the metrics.
+  void PollStats(const MembershipUpdate& m);
   int StopBelowMinimum(const std::vector<uint64_t>& view);
 
   const ElasticOptions& elastic_;
@@ -107,6 +109,11 @@ class Controller {
   int64_t next_epoch_ = 0;
   int64_t reported_epoch_ = -1;
   std::string last_progress_;
+  // Members whose stats record is read: the live ones, plus those gone since
+  // the last poll for one final read (a worker publishes before it leaves).
+  std::set<uint64_t> stats_members_;
+  std::set<uint64_t> bad_stats_;  // members whose unreadable record was reported
+  Clock::time_point last_stats_poll_;
 };
 
 void Controller::OnUpdate(const MembershipUpdate& update) {
@@ -218,6 +225,26 @@ void Controller::PollReports() {
   }
 }
 
+void Controller::PollStats(const MembershipUpdate& m) {
+  last_stats_poll_ = Clock::now();
+  const runtime::HeadStats head = head_.stats();
+  metrics_.OnRuntimeStats(head.messages_received + head.messages_sent, head.heartbeats_missed);
+  std::set<uint64_t> live;
+  for (const MemberInfo& member : m.view.members) live.insert(member.id);
+  for (const MemberInfo& member : m.pending) live.insert(member.id);
+  stats_members_.insert(live.begin(), live.end());
+  for (uint64_t id : stats_members_) {
+    const std::optional<std::string> record = kv_.Get(JobKey::WorkerStats(id));
+    if (!record) continue;  // no step yet
+    try {
+      metrics_.OnWorkerStats(id, *record);
+    } catch (const std::invalid_argument& e) {
+      if (bad_stats_.insert(id).second) Say(std::string("driver: warning: ") + e.what());
+    }
+  }
+  stats_members_ = std::move(live);
+}
+
 int Controller::StopBelowMinimum(const std::vector<uint64_t>& view) {
   const std::string message =
       "driver: error: only " + std::to_string(view.size()) + " workers for " +
@@ -258,6 +285,7 @@ int Controller::Run() {
         if (m.view.members.empty() && m.pending.empty()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
+      PollStats(head_.Membership());  // the final records of those who left
       return kExitOk;
     }
     const MembershipUpdate m = head_.Membership();
@@ -276,6 +304,7 @@ int Controller::Run() {
       metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
     }
     PollReports();
+    if (Clock::now() - last_stats_poll_ >= std::chrono::seconds(1)) PollStats(m);
 
     // Who is in, who wants out, who waits to come in.
     std::vector<uint64_t> staying;

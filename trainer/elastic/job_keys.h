@@ -32,6 +32,10 @@ struct JobKey {
     return runtime::GenerationKey(generation, "first-step");
   }
   static std::string Epoch(int64_t epoch) { return "job/epoch/" + std::to_string(epoch); }
+  // Worker -> driver: its WorkerStatsRecord (worker_stats.h), cumulative.
+  static std::string WorkerStats(uint64_t member_id) {
+    return "job/worker-stats/" + std::to_string(member_id);
+  }
   // Worker -> driver: it got SIGTERM (wall-clock time, s).
   static std::string Draining(uint64_t member_id) {
     return "job/draining/" + std::to_string(member_id);

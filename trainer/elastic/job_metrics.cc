@@ -1,7 +1,9 @@
 #include "trainer/elastic/job_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "monitoring/run_report.h"
 
@@ -58,6 +60,7 @@ void JobMetrics::OnGeneration(int64_t generation, int64_t world) {
   metrics_.SetGeneration(generation);
   metrics_.SetWorldSize(world);
   metrics_.RetainRanks(world);
+  generation_ = generation;
   // For the timeline: a larger world came from joins, a smaller one from
   // leaves or failures (the counters tell which).
   std::optional<monitoring::MembershipChangeReason> reason;
@@ -110,6 +113,44 @@ void JobMetrics::OnEpoch(const EpochReport& e) {
 
 void JobMetrics::AwaitFinalScrape() {
   if (exposer_) exposer_->AwaitNextScrape(std::chrono::seconds(60));
+}
+
+void JobMetrics::OnWorkerStats(uint64_t member_id, const std::string& text) {
+  const WorkerStatsRecord record = WorkerStatsRecord::Parse(text);
+  WorkerStatsRecord& last = workers_[member_id];
+  if (last.allreduce_buckets.empty())
+    last.allreduce_buckets.assign(record.allreduce_buckets.size(), 0);
+  // Counts are cumulative: a smaller one is not this member's (or is corrupt).
+  std::vector<uint64_t> more(record.allreduce_buckets.size());
+  for (size_t i = 0; i < more.size(); ++i) {
+    if (record.allreduce_buckets[i] < last.allreduce_buckets[i])
+      throw std::invalid_argument("worker stats of member " + std::to_string(member_id) +
+                                  ": allreduce counts went back");
+    more[i] = record.allreduce_buckets[i] - last.allreduce_buckets[i];
+  }
+  if (record.allreduce_seconds < last.allreduce_seconds ||
+      record.allreduce_bytes < last.allreduce_bytes) {
+    throw std::invalid_argument("worker stats of member " + std::to_string(member_id) +
+                                ": allreduce seconds or bytes went back");
+  }
+  if (record.allreduces() > last.allreduces() || record.allreduce_bytes > last.allreduce_bytes) {
+    metrics_.AddAllreduces(more, record.allreduce_seconds - last.allreduce_seconds,
+                           record.allreduce_bytes - last.allreduce_bytes);
+  }
+  if (record.rank >= 0 && record.rank < world_ &&
+      record.generation == static_cast<uint64_t>(generation_)) {
+    metrics_.SetRankStepTime(record.rank, record.step_seconds);
+  }
+  last = record;
+}
+
+void JobMetrics::OnRuntimeStats(uint64_t messages, uint64_t heartbeats_missed) {
+  // The head's counters only grow while it lives, and it lives as long as we do.
+  if (messages > runtime_messages_) metrics_.AddRuntimeMessages(messages - runtime_messages_);
+  if (heartbeats_missed > heartbeats_missed_)
+    metrics_.AddHeartbeatMisses(heartbeats_missed - heartbeats_missed_);
+  runtime_messages_ = std::max(runtime_messages_, messages);
+  heartbeats_missed_ = std::max(heartbeats_missed_, heartbeats_missed);
 }
 
 std::string JobMetrics::WriteReport(const std::string& run_dir, const std::string& title) {

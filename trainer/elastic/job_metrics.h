@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "monitoring/metrics_exposer.h"
 #include "monitoring/run_history.h"
 #include "monitoring/training_metrics.h"
+#include "trainer/elastic/worker_stats.h"
 
 namespace elastic::trainer {
 
@@ -59,6 +61,15 @@ class JobMetrics {
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
+  // A worker's WorkerStatsRecord as read from JobKey::WorkerStats(member_id).
+  // Folds in what it counted since the last record of that member (so the same
+  // record read twice counts once), and sets its step time under its rank when
+  // the record is of the generation in force (a rank of an older one may now
+  // be someone else's). Throws std::invalid_argument, folding in nothing, for
+  // a record that cannot be read or whose counts went back.
+  void OnWorkerStats(uint64_t member_id, const std::string& record);
+  // The head's cumulative counters (runtime::HeadStats): folds in the growth.
+  void OnRuntimeStats(uint64_t messages, uint64_t heartbeats_missed);
 
   // At the end of the job: lets a Prometheus that has been scraping the
   // endpoint collect the final values (last epoch, test accuracy) before the
@@ -77,6 +88,11 @@ class JobMetrics {
   std::unique_ptr<monitoring::MetricsExposer> exposer_;
   double lr_ = 0;
   int64_t world_ = 0;
+  int64_t generation_ = 0;
+  // The last record folded in, per member (member ids are never reused).
+  std::map<uint64_t, WorkerStatsRecord> workers_;
+  uint64_t runtime_messages_ = 0;
+  uint64_t heartbeats_missed_ = 0;
   // For images/s and the samples counter between two progress reports.
   std::optional<ProgressReport> last_progress_;
   std::chrono::steady_clock::time_point last_progress_time_;

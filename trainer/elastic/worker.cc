@@ -36,8 +36,10 @@
 #include "trainer/device.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/sampler.h"
 #include "trainer/elastic/source_address.h"
+#include "trainer/elastic/worker_stats.h"
 #include "trainer/evaluate.h"
 #include "trainer/learner.h"
 #include "trainer/trainer.h"
@@ -57,6 +59,10 @@ void OnTerminate(int) { g_terminate_requested.store(true); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // A failure that no new generation can fix (the job's state is inconsistent).
@@ -237,6 +243,9 @@ class Worker {
   Communicator* grad_comm_ = nullptr;  // guarded by mutex_ like live_comm_
   uint64_t last_generation_ = 0;
   bool drain_reported_ = false;
+  // For the driver's metrics (worker_stats.h): allreduces and step times.
+  WorkerStats stats_;
+  WorkerStatsPublisher stats_publisher_{stats_};
   uint64_t generation_ = 0;
   int world_ = 0;
   // Where peers reach this worker's collectives: the address it reaches the
@@ -398,6 +407,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.train_seconds += control[3] / comm.size();
   pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
   commit_.learner = learner_->CaptureState();
+  stats_publisher_.PublishIfDue(head_);
   const bool stop = control[4] > 0;
   if (stop && rank == 0) {
     const TrainingProgress& p = learner_->progress();
@@ -511,6 +521,7 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         }
         pending_seconds_ +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        stats_.ObserveStep(generation_, rank, SecondsSince(started));
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
           progress_shape_ = {steps_in_epoch, world, batch, stats.lr};
@@ -589,13 +600,15 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Communicator> nccl;
   try {
-    comm = factory.Create({generation_, rank, world});
+    comm =
+        std::make_unique<MeteredCommunicator>(factory.Create({generation_, rank, world}), stats_);
     if (device_.is_cuda() && EveryRankHasItsOwnGpu(*comm)) {
       collectives::NcclOptions options;
       options.device = device_.index();
       options.tag = "grad";
-      nccl =
-          collectives::NcclCommunicatorFactory(head_, options).Create({generation_, rank, world});
+      nccl = std::make_unique<MeteredCommunicator>(
+          collectives::NcclCommunicatorFactory(head_, options).Create({generation_, rank, world}),
+          stats_);
     }
   } catch (const std::exception& e) {
     Log("generation %llu: rendezvous failed (%s); waiting for the next view",
@@ -651,6 +664,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     live_comm_ = nullptr;
     grad_comm_ = nullptr;
   }
+  stats_publisher_.Publish(head_);  // the generation's last counts, before this worker may leave
   return outcome;
 }
 
@@ -695,6 +709,7 @@ int Worker::Run() {
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
+  stats_publisher_.SetMemberId(member_id_);
   Log("registered (node %llu) from %s; waiting for a view",
       static_cast<unsigned long long>(node_id_), collectives_host_.c_str());
 
