@@ -123,7 +123,7 @@ bool Trainer::TrainEpoch(double* loss_sum, int64_t* correct, int64_t* seen) {
   const std::vector<int64_t> permutation = sampler_->Permutation(static_cast<uint64_t>(p.epoch));
   const int64_t batch = options_.batch_size;
   const int64_t steps_done = (p.position + batch - 1) / batch;
-  const int64_t steps_in_epoch = steps_done + sampler_->StepsLeft(p.position, 1, batch);
+  const int64_t steps_in_epoch = steps_done + sampler_->StepsLeft(p.position, batch);
   reporter_.StartEpoch(p.epoch + 1, options_.epochs, steps_in_epoch);
   train_loader_->Start(std::vector<int64_t>(permutation.begin() + p.position, permutation.end()),
                        static_cast<uint64_t>(p.epoch));
