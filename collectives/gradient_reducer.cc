@@ -51,6 +51,7 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicato
     buckets_.push_back(std::move(bucket));
   }
   filled_.assign(slots_.size(), false);
+  counted_.assign(slots_.size(), false);
   for (size_t s = 0; s < slots_.size(); ++s) {
     hook_handles_.push_back(parameters_[slots_[s].parameter].register_hook(
         [this, s](const at::Tensor& grad) { OnGradient(s, grad); }));
@@ -78,6 +79,11 @@ void GradientReducer::SetCommunicator(Communicator* comm) {
   ResetStepLocked();
 }
 
+void GradientReducer::SetSync(bool sync) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sync_ = sync;
+}
+
 void GradientReducer::Prepare() {
   std::lock_guard<std::mutex> lock(mutex_);
   ResetStepLocked();
@@ -89,6 +95,7 @@ void GradientReducer::ResetStepLocked() {
     bucket.work.reset();
   }
   filled_.assign(slots_.size(), false);
+  counted_.assign(slots_.size(), false);
   next_launch_ = 0;
 }
 
@@ -108,11 +115,15 @@ void GradientReducer::OnGradient(size_t s, const at::Tensor& grad) {
   }
   torch::NoGradGuard no_grad;
   if (filled_[s]) {
-    slot.view.add_(grad);  // a second backward before Finish: accumulate, like .grad does
-    return;
+    slot.view.add_(grad);  // another backward of this step: accumulate, like .grad does
+  } else {
+    slot.view.copy_(grad);
+    filled_[s] = true;
   }
-  slot.view.copy_(grad);
-  filled_[s] = true;
+  // Only a synchronising backward makes the bucket ready; earlier ones (no_sync)
+  // only accumulate.
+  if (!sync_ || counted_[s]) return;
+  counted_[s] = true;
   --bucket.pending;
   LaunchReadyLocked();
 }
@@ -120,7 +131,7 @@ void GradientReducer::OnGradient(size_t s, const at::Tensor& grad) {
 void GradientReducer::LaunchReadyLocked() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
-    bucket.work = AllreduceAsync(*comm_, bucket.buffer, ReduceOp::kAverage, options_.timeout);
+    bucket.work = AllreduceAsync(*comm_, bucket.buffer, options_.op, options_.timeout);
     ++next_launch_;
   }
 }
@@ -131,11 +142,11 @@ void GradientReducer::Finish() {
     torch::NoGradGuard no_grad;
     // Parameters that got no gradient on this member contribute zeros.
     for (size_t s = 0; s < slots_.size(); ++s) {
-      if (filled_[s]) continue;
-      Bucket& bucket = buckets_[slots_[s].bucket];
-      slots_[s].view.zero_();
+      if (!filled_[s]) slots_[s].view.zero_();
       filled_[s] = true;
-      --bucket.pending;
+      if (counted_[s]) continue;
+      counted_[s] = true;
+      --buckets_[slots_[s].bucket].pending;
     }
   }
   LaunchReadyLocked();

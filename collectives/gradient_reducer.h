@@ -14,12 +14,19 @@
 //   reducer.Finish();       // waits, writes the averaged gradients to param.grad()
 //   optimizer.step();
 //
-// Finish() sets every parameter's grad to the average over members of the
-// gradient this step's backward produced (so call zero_grad() or set grads to
-// undefined between steps, as with DDP). A parameter that received no gradient
-// on a member contributes zeros there, and after Finish() every parameter that
-// requires grad has a defined grad. Parameters that do not require grad are left
-// alone.
+// Gradient accumulation (DDP's no_sync): with SetSync(false), a backward only
+// adds its gradients into the buckets; the next backward with SetSync(true)
+// adds its own and launches the allreduces, so a step of k micro-batches
+// communicates once:
+//   reducer.SetSync(false);  loss_1.backward(); ... loss_{k-1}.backward();
+//   reducer.SetSync(true);   loss_k.backward();
+//   reducer.Finish();
+//
+// Finish() sets every parameter's grad to the average (or, with `op` kSum, the
+// sum) over members of the gradient this step's backward passes produced (so call zero_grad() or
+// set grads to undefined between steps, as with DDP). A parameter that received no gradient on a
+// member contributes zeros there, and after Finish() every parameter that requires grad has a
+// defined grad. Parameters that do not require grad are left alone.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +43,9 @@ namespace elastic::collectives {
 struct GradientReducerOptions {
   size_t bucket_bytes = 25u << 20;
   Timeout timeout = kDefaultTimeout;  // of each bucket's allreduce
+  // kSum when each member already weighted its loss by its share of the step
+  // (members with unequal sample counts); kAverage for equal shares.
+  ReduceOp op = ReduceOp::kAverage;
 };
 
 class GradientReducer {
@@ -54,6 +64,10 @@ class GradientReducer {
   // allreduces of the old step must have failed or completed (abort the old
   // communicator first).
   void Prepare();
+
+  // Whether the following backward passes launch the allreduces (the default)
+  // or only accumulate into the buckets. Takes effect at the next gradient.
+  void SetSync(bool sync);
 
   // Launches what backward did not, waits for every bucket, and writes the
   // averaged gradients into the parameters' grad. Throws the CollectiveError of
@@ -75,7 +89,7 @@ class GradientReducer {
   struct Bucket {
     at::Tensor buffer;  // flat, contiguous
     std::vector<size_t> slots;
-    size_t pending = 0;  // slots still waiting for a gradient this step
+    size_t pending = 0;  // slots still waiting for a gradient of a synchronising backward
     std::shared_ptr<Work> work;
   };
 
@@ -88,7 +102,9 @@ class GradientReducer {
   const GradientReducerOptions options_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
-  std::vector<bool> filled_;            // per slot, this step
+  std::vector<bool> filled_;   // per slot: holds a gradient of this step
+  std::vector<bool> counted_;  // per slot: counted off its bucket's pending
+  bool sync_ = true;
   std::vector<unsigned> hook_handles_;  // per slot
   size_t next_launch_ = 0;
   mutable std::mutex mutex_;

@@ -59,6 +59,63 @@ std::vector<torch::Tensor> ReferenceGradients(int step) {
   return grads;
 }
 
+bool SameAsReference(const std::vector<torch::Tensor>& params, int step, int rank,
+                     const char* what) {
+  const auto expected = ReferenceGradients(step);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].requires_grad()) continue;
+    if (!params[i].grad().defined() ||
+        !torch::allclose(params[i].grad(), expected[i], 1e-5, 1e-6)) {
+      std::fprintf(stderr, "rank %d: %s step %d parameter %zu differs from one process\n", rank,
+                   what, step, i);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Gradient accumulation (no_sync) with a summing reducer: each rank splits its
+// share of the batch into two unequal micro-batches, weights each micro-batch's
+// mean loss by its share of the whole batch, and only the second backward
+// launches the allreduces. The result is the one-process gradient.
+int CheckAccumulation(Communicator& comm, int rank, int world) {
+  auto net = MakeNet();
+  GradientReducerOptions options;
+  options.bucket_bytes = 256;
+  options.op = ReduceOp::kSum;
+  GradientReducer reducer(net->parameters(), &comm, options);
+  const int64_t shard = kTotalBatch / world;
+  const int64_t first = shard / 2 + 1;  // 7+5 for world 1, 4+2 for 2, 3+1 for 3
+  for (int step = 0; step < 2; ++step) {
+    net->zero_grad();
+    torch::Tensor x, y;
+    Batch(step, &x, &y);
+    x = x.narrow(0, rank * shard, shard);
+    y = y.narrow(0, rank * shard, shard);
+    const double weight_1 = static_cast<double>(first) / kTotalBatch;
+    const double weight_2 = static_cast<double>(shard - first) / kTotalBatch;
+    reducer.SetSync(false);
+    (torch::mse_loss(net->forward(x.narrow(0, 0, first)), y.narrow(0, 0, first)) * weight_1)
+        .backward();
+    if (reducer.buckets_launched() != 0) {
+      std::fprintf(stderr, "rank %d: a no_sync backward launched an allreduce\n", rank);
+      return 1;
+    }
+    reducer.SetSync(true);
+    (torch::mse_loss(net->forward(x.narrow(0, first, shard - first)),
+                     y.narrow(0, first, shard - first)) *
+     weight_2)
+        .backward();
+    if (reducer.buckets_launched() == 0) {
+      std::fprintf(stderr, "rank %d: the synchronising backward launched nothing\n", rank);
+      return 1;
+    }
+    reducer.Finish();
+    if (!SameAsReference(net->parameters(), step, rank, "accumulated")) return 1;
+  }
+  return 0;
+}
+
 int RunRank(const Args& args) {
   torch::set_num_threads(1);
   const int rank = std::stoi(args.at("rank")), world = std::stoi(args.at("world"));
@@ -131,7 +188,7 @@ int RunRank(const Args& args) {
       return 1;
     }
   }
-  return 0;
+  return CheckAccumulation(*comm, rank, world);
 }
 
 void RunWorld(int world) {
@@ -151,6 +208,7 @@ void RunWorld(int world) {
   }
 }
 
+TEST(GradientReducerTest, OneProcessAccumulatingMatchesTheTotalBatch) { RunWorld(1); }
 TEST(GradientReducerTest, TwoProcessesMatchOneProcessOnTheTotalBatch) { RunWorld(2); }
 TEST(GradientReducerTest, ThreeProcessesMatchOneProcessOnTheTotalBatch) { RunWorld(3); }
 

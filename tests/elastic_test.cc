@@ -219,6 +219,36 @@ void KillMidEpoch(int rank) {
 TEST(ElasticTest, KillNonZeroRankMidEpoch) { KillMidEpoch(1); }
 TEST(ElasticTest, KillRankZeroMidEpoch) { KillMidEpoch(0); }
 
+// --global-batch with --amp (bf16 autocast): every step takes 100 samples
+// whatever the world (31 steps an epoch), split 34/33/33 over three workers and
+// 50/50 over two after a kill, each share trained in micro-batches of at most
+// --batch-size=32 with one allreduce per step. The job learns and the
+// invariants hold across the failure.
+TEST(ElasticTest, GlobalBatchWithAmpSurvivesAKill) {
+  const std::string dir = TempDir("global");
+  std::vector<std::string> args = JobArgs(dir, 3, 2);
+  std::replace(args.begin(), args.end(), std::string("--lr=0.05"), std::string("--lr=0.1"));
+  args.push_back("--global-batch=100");
+  args.push_back("--amp");
+  Process driver(args, dir + "/driver.log");
+  const pid_t victim = WorkerPid(driver, 1, 1);
+  ASSERT_GT(victim, 0) << driver.Output();
+  ASSERT_TRUE(WaitForStep(driver, 2, 5)) << driver.Output();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 1/2 world 3"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+  // The step count of an epoch does not depend on the world: ceil(3072 / 100).
+  EXPECT_NE(output.find("epoch 1/2 step 31/31"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 step 31/31"), std::string::npos) << output;
+  // Ten classes: chance is 10%; 62 steps of 100 samples reach far above it.
+  EXPECT_GE(FinalAccuracy(output), 40.0) << output;
+  CheckChecksums(output);
+  CheckSamples(dir, 2);
+}
+
 TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   const std::string dir = TempDir("join");
   // Four epochs: the joiners (which load the data set first) register in

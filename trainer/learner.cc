@@ -109,22 +109,38 @@ Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, tor
 
 StepStats Learner::Step(const torch::Tensor& images, const torch::Tensor& labels,
                         double epochs_done, GradientHook* hook) {
+  return Step({MicroBatch{images, labels, 1.0}}, epochs_done, hook);
+}
+
+StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epochs_done,
+                        GradientHook* hook) {
+  if (micro_batches.empty()) throw std::invalid_argument("Learner::Step: no micro-batch");
   StepStats stats;
   stats.lr = schedule_.LearningRate(epochs_done);
-  stats.count = images.size(0);
   model_->train();
   optimizer_->SetLearningRate(stats.lr);
   optimizer_->ZeroGrad();
 
-  const torch::Tensor x = images.to(device_, /*non_blocking=*/true);
-  const torch::Tensor y = labels.to(device_, /*non_blocking=*/true);
-  torch::Tensor logits;
-  {
-    AutocastScope autocast(device_, options_.amp);
-    logits = model_->forward(x);
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const MicroBatch& micro = micro_batches[i];
+    const torch::Tensor x = micro.images.to(device_, /*non_blocking=*/true);
+    const torch::Tensor y = micro.labels.to(device_, /*non_blocking=*/true);
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(device_, options_.amp);
+      logits = model_->forward(x);
+    }
+    const torch::Tensor loss = CrossEntropy(logits, y, options_.label_smoothing);
+    torch::Tensor weighted = micro.weight == 1 ? loss : loss * micro.weight;
+    if (hook != nullptr) hook->BeforeBackward(i + 1 == micro_batches.size());
+    (scaler_ ? scaler_->Scale(weighted) : weighted).backward();
+
+    torch::NoGradGuard no_grad;
+    const int64_t count = micro.images.size(0);
+    stats.count += count;
+    stats.loss_sum += loss.item<double>() * static_cast<double>(count);
+    stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
   }
-  torch::Tensor loss = CrossEntropy(logits, y, options_.label_smoothing);
-  (scaler_ ? scaler_->Scale(loss) : loss).backward();
 
   if (hook != nullptr) hook->AfterBackward(params_);
   const bool finite = scaler_ ? scaler_->Unscale(params_) : true;
@@ -134,10 +150,6 @@ StepStats Learner::Step(const torch::Tensor& images, const torch::Tensor& labels
   }
   if (scaler_) scaler_->Update(!finite);
   stats.skipped = !finite;
-
-  torch::NoGradGuard no_grad;
-  stats.loss_sum = loss.item<double>() * static_cast<double>(stats.count);
-  stats.correct = logits.argmax(1).eq(y).sum().item<int64_t>();
   return stats;
 }
 

@@ -46,13 +46,25 @@ struct TrainingProgress {
   int64_t step = 0;
 };
 
-// Called between backward and the optimizer step, with the gradients in the
-// parameters' .grad(). The distributed trainer averages them across workers
-// here; every worker then clips and steps on identical gradients.
+// Called around backward: the distributed trainer reduces the gradients across
+// workers here, so that every worker then clips and steps on identical ones.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;
+  // Before each micro-batch's backward; `last` for the step's final one (where
+  // a reducer that overlaps communication with backward starts sending).
+  virtual void BeforeBackward(bool last) {}
+  // After the last backward, with the step's gradients in the parameters' .grad().
   virtual void AfterBackward(const std::vector<torch::Tensor>& params) = 0;
+};
+
+// Part of one optimizer step's batch (gradient accumulation). Its mean loss
+// counts `weight` times in the step's loss: with weights n_i / N for the N
+// samples of the step, the accumulated gradient is that of one batch of N.
+struct MicroBatch {
+  torch::Tensor images;
+  torch::Tensor labels;
+  double weight = 1;
 };
 
 struct StepStats {
@@ -73,6 +85,11 @@ class Learner {
   // autocast with --amp), label-smoothed cross-entropy, backward, `hook`,
   // loss-scale check, gradient clipping, optimizer step.
   StepStats Step(const torch::Tensor& images, const torch::Tensor& labels, double epochs_done,
+                 GradientHook* hook = nullptr);
+  // The same with gradients accumulated over micro-batches (at least one):
+  // forward and backward of each in turn, then `hook`, then one optimizer step.
+  // Only one micro-batch's activations are alive at a time.
+  StepStats Step(const std::vector<MicroBatch>& micro_batches, double epochs_done,
                  GradientHook* hook = nullptr);
 
   // After each epoch's evaluation: feeds the plateau schedule and early

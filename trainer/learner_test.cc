@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/net.h"
 #include "models/registry.h"
 #include "trainer/amp.h"
 #include "trainer/bytes.h"
@@ -321,6 +322,49 @@ TEST(LearnerTest, HookSeesGradientsAndClippingBoundsTheUpdate) {
     moved.push_back((learner->parameters()[i].detach() - before[i]).flatten());
   // lr 1, plain SGD: the update is the clipped gradient, of norm clip_grad.
   EXPECT_NEAR(torch::cat(moved).norm().item<double>(), 1e-3, 1e-5);
+}
+
+// Records the order of the hook's calls around the micro-batches' backward passes.
+class OrderHook : public GradientHook {
+ public:
+  void BeforeBackward(bool last) override { calls += last ? "L" : "b"; }
+  void AfterBackward(const std::vector<torch::Tensor>&) override { calls += "A"; }
+  std::string calls;
+};
+
+// Gradient accumulation: micro-batches weighted by their share of the samples
+// give the step of one batch holding them all (a model without batch norm, so
+// that the split changes nothing but the order of float sums).
+TEST(LearnerTest, WeightedMicroBatchesMatchOneBatch) {
+  struct Mlp : models::Net {
+    Mlp() { fc = register_module("fc", torch::nn::Linear(3 * 32 * 32, 10)); }
+    torch::Tensor forward(torch::Tensor x) override { return fc(x.flatten(1)); }
+    torch::nn::Linear fc{nullptr};
+  };
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.model_name = "mlp";
+  SeedTorch(5);
+  Learner whole(std::make_shared<Mlp>(), o, torch::kCPU);
+  SeedTorch(5);
+  Learner split(std::make_shared<Mlp>(), o, torch::kCPU);
+  OrderHook order;
+  for (int i = 0; i < 3; ++i) {
+    const StepStats a = whole.Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+    const std::vector<MicroBatch> micro = {
+        {data.images[i].narrow(0, 0, 3), data.labels[i].narrow(0, 0, 3), 3.0 / 8},
+        {data.images[i].narrow(0, 3, 5), data.labels[i].narrow(0, 3, 5), 5.0 / 8}};
+    const StepStats b = split.Step(micro, 0.1 * (i + 1), i == 0 ? &order : nullptr);
+    EXPECT_EQ(b.count, 8);
+    EXPECT_EQ(b.correct, a.correct);
+    EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-4);
+  }
+  EXPECT_EQ(order.calls, "bLA");
+  for (size_t i = 0; i < whole.parameters().size(); ++i) {
+    EXPECT_TRUE(torch::allclose(whole.parameters()[i], split.parameters()[i], 1e-5, 1e-6))
+        << "parameter " << i;
+  }
+  EXPECT_THROW(split.Step(std::vector<MicroBatch>{}, 0.5), std::invalid_argument);
 }
 
 TEST(LearnerTest, WarmupSetsTheStepLearningRate) {

@@ -268,17 +268,16 @@ bool Trainer::TrainEpoch(double* loss_sum, int64_t* correct, int64_t* seen) {
   const int64_t batch = options_.batch_size;
   const int64_t per_step = world_size_ * batch;
   const int64_t steps_done = (p.position + per_step - 1) / per_step;
-  const int64_t steps_left = sampler_->StepsLeft(p.position, world_size_, batch);
+  const int64_t steps_left = sampler_->StepsLeft(p.position, per_step);
   reporter_->StartEpoch(p.epoch + 1, options_.epochs, steps_done + steps_left);
 
   // This rank's share of every step left. All but the epoch's last step give
   // each rank exactly `batch` samples, so the loader's batches are the shares.
   std::vector<int64_t> mine;
   std::vector<int64_t> share;  // per step
-  for (int64_t at = p.position; at < train_size_;
-       at = sampler_->NextPosition(at, world_size_, batch)) {
+  for (int64_t at = p.position; at < train_size_; at = sampler_->NextPosition(at, per_step)) {
     const std::vector<int64_t> step =
-        sampler_->StepIndices(permutation, at, rank_, world_size_, batch);
+        sampler_->StepIndices(permutation, at, rank_, world_size_, per_step);
     share.push_back(static_cast<int64_t>(step.size()));
     mine.insert(mine.end(), step.begin(), step.end());
   }
@@ -310,7 +309,7 @@ bool Trainer::TrainEpoch(double* loss_sum, int64_t* correct, int64_t* seen) {
     } else {
       stats = learner_->Step(next->images, next->labels, epochs_done);
     }
-    p.position = sampler_->NextPosition(p.position, world_size_, batch);
+    p.position = sampler_->NextPosition(p.position, per_step);
     ++p.step;
     ++step_in_epoch;
     // The step's loss and accuracy over all ranks (three numbers: cheap next

@@ -1,6 +1,7 @@
 #include "trainer/elastic/elastic_options.h"
 
 #include <cstdlib>
+#include <string>
 
 namespace elastic::trainer {
 
@@ -28,8 +29,10 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddDouble("rendezvous-timeout", &o.rendezvous_timeout,
               "elastic: seconds to wait below --min-workers before stopping with a checkpoint");
   f.AddInt("global-batch", &o.global_batch,
-           "elastic: hold the batch over all workers at this size (per-worker batch = this / "
-           "world size, lr unchanged). 0: per-worker --batch-size and lr x world size");
+           "elastic: every optimizer step takes this many samples whatever the world size, split "
+           "evenly over the workers, each training its share in micro-batches of at most "
+           "--batch-size with one gradient allreduce per step (lr unchanged). Must be >= "
+           "--workers and --max-workers. 0: --batch-size per worker and lr x world size");
   f.AddString("log-samples", &o.log_samples,
               "elastic (debug): directory where each worker logs the sample indices of every "
               "step with its (generation, epoch, position)");
@@ -88,10 +91,17 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
   if (o.drain_timeout < 0) throw FlagError("--drain-timeout must be >= 0");
   if (o.rendezvous_timeout <= 0) throw FlagError("--rendezvous-timeout must be > 0");
   if (o.global_batch < 0) throw FlagError("--global-batch must be >= 0");
+  // A worker without a sample of the step would only add communication.
+  if (o.global_batch > 0 && o.join.empty() && o.workers > o.global_batch)
+    throw FlagError("--global-batch=" + std::to_string(o.global_batch) + " is below --workers=" +
+                    std::to_string(o.workers) + ": each worker needs a sample of every step");
+  if (o.global_batch > 0 && o.max_workers > o.global_batch)
+    throw FlagError("--global-batch=" + std::to_string(o.global_batch) +
+                    " is below --max-workers=" + std::to_string(o.max_workers) +
+                    ": each worker needs a sample of every step");
   if (o.blacklist_after < 1) throw FlagError("--blacklist-after must be >= 1");
   if (o.role == "worker" && !o.join.empty())
     throw FlagError("--role=worker and --join do not go together");
-  if (t.amp) throw FlagError("--amp is not supported by the elastic (CPU/Gloo) trainer yet");
 }
 
 }  // namespace elastic::trainer

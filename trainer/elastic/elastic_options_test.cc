@@ -47,6 +47,29 @@ TEST(ElasticOptionsTest, ImpossibleCombinationsNameTheFlag) {
   ExpectFlagError(bounds, "--rendezvous-timeout");
 }
 
+TEST(ElasticOptionsTest, GlobalBatchNeedsASampleForEveryWorker) {
+  ElasticOptions o;
+  o.workers = 4;
+  o.global_batch = 3;
+  ExpectFlagError(o, "--global-batch=3 is below --workers=4");
+  o.global_batch = 4;
+  ValidateElasticOptions(o, TrainOptions());  // one sample per worker and step
+  o.max_workers = 6;
+  ExpectFlagError(o, "--max-workers=6");
+  o.global_batch = 100;  // not divisible by any world: shares differ by one
+  ValidateElasticOptions(o, TrainOptions());
+  o.global_batch = -1;
+  ExpectFlagError(o, "--global-batch");
+}
+
+TEST(ElasticOptionsTest, AmpIsAccepted) {
+  ElasticOptions o;
+  o.workers = 2;
+  TrainOptions train;
+  train.amp = true;
+  ValidateElasticOptions(o, train);  // bf16 autocast on CPU; gradients stay float32
+}
+
 TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
   TrainOptions train;
   ElasticOptions elastic;

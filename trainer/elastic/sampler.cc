@@ -16,10 +16,11 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-void CheckWorld(int rank, int world, int64_t batch) {
-  if (world < 1 || rank < 0 || rank >= world || batch < 1) {
-    throw std::invalid_argument("sampler: bad step shape rank=" + std::to_string(rank) + " world=" +
-                                std::to_string(world) + " batch=" + std::to_string(batch));
+void CheckWorld(int rank, int world, int64_t step_samples) {
+  if (world < 1 || rank < 0 || rank >= world || step_samples < 1) {
+    throw std::invalid_argument("sampler: bad step shape rank=" + std::to_string(rank) +
+                                " world=" + std::to_string(world) +
+                                " step_samples=" + std::to_string(step_samples));
   }
 }
 
@@ -42,33 +43,32 @@ std::vector<int64_t> ElasticSampler::Permutation(uint64_t epoch) const {
   return order;
 }
 
+int64_t ElasticSampler::Share(int64_t samples, int rank, int world) {
+  return samples / world + (rank < samples % world ? 1 : 0);
+}
+
 std::vector<int64_t> ElasticSampler::StepIndices(const std::vector<int64_t>& permutation,
                                                  int64_t position, int rank, int world,
-                                                 int64_t batch) const {
-  CheckWorld(rank, world, batch);
-  const int64_t left = dataset_size_ - position;
-  if (position < 0 || left <= 0) return {};
-  int64_t begin, count;
-  if (left >= world * batch) {
-    begin = position + rank * batch;
-    count = batch;
-  } else {
-    // Short last step: rank r gets base (+1 for the first `extra` ranks).
-    const int64_t base = left / world, extra = left % world;
-    begin = position + rank * base + std::min<int64_t>(rank, extra);
-    count = base + (rank < extra ? 1 : 0);
-  }
+                                                 int64_t step_samples) const {
+  CheckWorld(rank, world, step_samples);
+  if (position < 0 || position >= dataset_size_) return {};
+  const int64_t samples = std::min(step_samples, dataset_size_ - position);
+  // Ranks before r take base + 1 (the first `extra`) or base samples each.
+  const int64_t base = samples / world, extra = samples % world;
+  const int64_t begin = position + rank * base + std::min<int64_t>(rank, extra);
+  const int64_t count = Share(samples, rank, world);
   return std::vector<int64_t>(permutation.begin() + begin, permutation.begin() + begin + count);
 }
 
-int64_t ElasticSampler::NextPosition(int64_t position, int world, int64_t batch) const {
-  return std::min(dataset_size_, position + world * batch);
+int64_t ElasticSampler::NextPosition(int64_t position, int64_t step_samples) const {
+  CheckWorld(0, 1, step_samples);
+  return std::min(dataset_size_, position + step_samples);
 }
 
-int64_t ElasticSampler::StepsLeft(int64_t position, int world, int64_t batch) const {
+int64_t ElasticSampler::StepsLeft(int64_t position, int64_t step_samples) const {
+  CheckWorld(0, 1, step_samples);
   const int64_t left = std::max<int64_t>(0, dataset_size_ - position);
-  const int64_t per_step = static_cast<int64_t>(world) * batch;
-  return (left + per_step - 1) / per_step;
+  return (left + step_samples - 1) / step_samples;
 }
 
 }  // namespace elastic::trainer

@@ -3,11 +3,12 @@
 //
 // An epoch is one permutation of the data set, a function of (seed, epoch)
 // only. Progress through it is a single number, the position: how many samples
-// of the permutation the job has consumed. A step of a world of W ranks with
-// per-rank batch B consumes the next W*B samples; rank r takes the r-th slice
-// of B. Because the state is only (epoch, position), a new world restored from
-// a commit continues exactly where the commit left off and every sample of the
-// epoch is used exactly once, whatever joins, leaves or fails in between.
+// of the permutation the job has consumed. An optimizer step consumes the next
+// S samples (S = W*B for W ranks of per-rank batch B, or S = --global-batch
+// whatever W is), split into W contiguous slices whose sizes differ by at most
+// one; rank r takes the r-th. Because the state is only (epoch, position), a new world restored
+// from a commit continues exactly where the commit left off and every sample of the epoch is used
+// exactly once, whatever joins, leaves or fails in between.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +25,20 @@ class ElasticSampler {
   std::vector<int64_t> Permutation(uint64_t epoch) const;
 
   // The indices rank `rank` of `world` trains on in the step that starts at
-  // `position` with per-rank batch `batch`. The last step of an epoch may be
-  // short: its samples are spread so ranks differ by at most one.
+  // `position` and consumes `step_samples` samples (fewer at the end of the
+  // epoch): the rank's slice of Share(samples, rank, world).
   std::vector<int64_t> StepIndices(const std::vector<int64_t>& permutation, int64_t position,
-                                   int rank, int world, int64_t batch) const;
+                                   int rank, int world, int64_t step_samples) const;
 
   // The position after that step.
-  int64_t NextPosition(int64_t position, int world, int64_t batch) const;
+  int64_t NextPosition(int64_t position, int64_t step_samples) const;
 
-  // Steps left in the epoch from `position` for this world and batch.
-  int64_t StepsLeft(int64_t position, int world, int64_t batch) const;
+  // Steps left in the epoch from `position`.
+  int64_t StepsLeft(int64_t position, int64_t step_samples) const;
+
+  // How many of `samples` rank `rank` of `world` takes: the first
+  // samples % world ranks one more than the others (some none when samples < world).
+  static int64_t Share(int64_t samples, int rank, int world);
 
   int64_t dataset_size() const { return dataset_size_; }
 

@@ -27,12 +27,12 @@ TEST(ElasticSamplerTest, RanksOfAStepAreDisjointAndCoverTheEpoch) {
   int64_t position = 0, steps = 0;
   const int world = 4;
   const int64_t batch = 32;
-  const int64_t expected_steps = sampler.StepsLeft(0, world, batch);
+  const int64_t expected_steps = sampler.StepsLeft(0, world * batch);
   while (position < 1003) {
     for (int r = 0; r < world; ++r) {
-      for (int64_t i : sampler.StepIndices(perm, position, r, world, batch)) seen.insert(i);
+      for (int64_t i : sampler.StepIndices(perm, position, r, world, world * batch)) seen.insert(i);
     }
-    position = sampler.NextPosition(position, world, batch);
+    position = sampler.NextPosition(position, world * batch);
     ++steps;
   }
   EXPECT_EQ(steps, expected_steps);
@@ -43,11 +43,52 @@ TEST(ElasticSamplerTest, RanksOfAStepAreDisjointAndCoverTheEpoch) {
 TEST(ElasticSamplerTest, ShortLastStepIsSpreadEvenly) {
   ElasticSampler sampler(10, 0);
   const std::vector<int64_t> perm = sampler.Permutation(0);
-  // 10 samples, world 3, batch 8: one short step of 4/3/3.
-  EXPECT_EQ(sampler.StepIndices(perm, 0, 0, 3, 8).size(), 4u);
-  EXPECT_EQ(sampler.StepIndices(perm, 0, 1, 3, 8).size(), 3u);
-  EXPECT_EQ(sampler.StepIndices(perm, 0, 2, 3, 8).size(), 3u);
-  EXPECT_TRUE(sampler.StepIndices(perm, 10, 0, 3, 8).empty());
+  // 10 samples, world 3, steps of 24: one short step of 4/3/3.
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 0, 3, 24).size(), 4u);
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 1, 3, 24).size(), 3u);
+  EXPECT_EQ(sampler.StepIndices(perm, 0, 2, 3, 24).size(), 3u);
+  EXPECT_TRUE(sampler.StepIndices(perm, 10, 0, 3, 24).empty());
+}
+
+// --global-batch: every step consumes G samples whatever the world, split as
+// evenly as possible, and the epoch is still covered exactly once when G is
+// not divisible by the world (nor the data set by G, nor G by the micro-batch).
+TEST(ElasticSamplerTest, GlobalBatchStepsAreSplitEvenlyAndCoverTheEpochOnce) {
+  const int64_t n = 1001, global_batch = 50;
+  ElasticSampler sampler(n, 9);
+  const std::vector<int64_t> perm = sampler.Permutation(2);
+  for (int world : {1, 2, 3, 7}) {
+    std::multiset<int64_t> seen;
+    int64_t position = 0, steps = 0;
+    while (position < n) {
+      const int64_t samples = std::min(global_batch, n - position);
+      int64_t total = 0;
+      for (int r = 0; r < world; ++r) {
+        const std::vector<int64_t> share =
+            sampler.StepIndices(perm, position, r, world, global_batch);
+        // Shares differ by at most one, larger first.
+        EXPECT_EQ(static_cast<int64_t>(share.size()), ElasticSampler::Share(samples, r, world));
+        EXPECT_LE(static_cast<int64_t>(share.size()), (samples + world - 1) / world);
+        EXPECT_GE(static_cast<int64_t>(share.size()), samples / world);
+        total += static_cast<int64_t>(share.size());
+        seen.insert(share.begin(), share.end());
+      }
+      EXPECT_EQ(total, samples) << "world " << world << " position " << position;
+      position = sampler.NextPosition(position, global_batch);
+      ++steps;
+    }
+    EXPECT_EQ(steps, 21) << "world " << world;  // 20 steps of 50 and one of 1
+    EXPECT_EQ(steps, sampler.StepsLeft(0, global_batch));
+    ASSERT_EQ(seen.size(), static_cast<size_t>(n)) << "world " << world;
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), static_cast<size_t>(n))
+        << "world " << world << ": a sample was used twice";
+  }
+  // 50 over 3 ranks: 17/17/16. One sample over 3 ranks: 1/0/0.
+  EXPECT_EQ(ElasticSampler::Share(50, 0, 3), 17);
+  EXPECT_EQ(ElasticSampler::Share(50, 2, 3), 16);
+  EXPECT_EQ(sampler.StepIndices(perm, 1000, 0, 3, global_batch).size(), 1u);
+  EXPECT_TRUE(sampler.StepIndices(perm, 1000, 1, 3, global_batch).empty());
+  EXPECT_TRUE(sampler.StepIndices(perm, 1000, 2, 3, global_batch).empty());
 }
 
 // The property the elastic trainer relies on: a world that changes at commit
@@ -65,10 +106,10 @@ TEST(ElasticSamplerTest, WorldChangesAtCommitsUseEverySampleOnce) {
     const int world = worlds[phase % 6];
     std::vector<int64_t> step;
     for (int r = 0; r < world; ++r) {
-      auto idx = sampler.StepIndices(perm, position, r, world, batch);
+      auto idx = sampler.StepIndices(perm, position, r, world, world * batch);
       step.insert(step.end(), idx.begin(), idx.end());
     }
-    position = sampler.NextPosition(position, world, batch);
+    position = sampler.NextPosition(position, world * batch);
     for (int64_t i : step) ++uses[i];
     if (position % 7 == 0 || position == n) committed = position;  // a commit
     if (position - committed > 200) {
@@ -91,6 +132,7 @@ TEST(ElasticSamplerTest, RejectsBadShapes) {
   EXPECT_THROW(sampler.StepIndices(perm, 0, 3, 3, 8), std::invalid_argument);
   EXPECT_THROW(sampler.StepIndices(perm, 0, 0, 0, 8), std::invalid_argument);
   EXPECT_THROW(sampler.StepIndices(perm, 0, 0, 1, 0), std::invalid_argument);
+  EXPECT_THROW(sampler.StepsLeft(0, 0), std::invalid_argument);
 }
 
 }  // namespace

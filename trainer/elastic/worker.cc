@@ -31,9 +31,11 @@
 #include "runtime/head_client.h"
 #include "runtime/kv_store.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checksum.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
+#include "trainer/elastic/accumulation.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/metered_communicator.h"
@@ -100,53 +102,6 @@ struct Commit {
   }
 };
 
-// FNV-1a over the bytes of every parameter, in order: equal on two ranks
-// exactly when their parameters are bit-identical (up to a 2^-64 collision).
-uint64_t ParameterChecksum(const std::vector<torch::Tensor>& params) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (const torch::Tensor& p : params) {
-    const torch::Tensor c = p.detach().contiguous().cpu();
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-    for (size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
-  }
-  return hash;
-}
-
-// Replaces each gradient by the gradient of the mean loss over the whole
-// step: local mean gradient x (local samples / step samples), summed over
-// ranks. Exact also for the short last step, where ranks hold unequal counts.
-class WeightedAllreduceHook : public GradientHook {
- public:
-  WeightedAllreduceHook(Communicator& comm, double weight) : comm_(comm), weight_(weight) {}
-
-  void AfterBackward(const std::vector<torch::Tensor>& params) override {
-    std::vector<torch::Tensor> flat;
-    flat.reserve(params.size());
-    for (const torch::Tensor& p : params) {
-      flat.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                        : torch::zeros({p.numel()}, p.options()));
-    }
-    torch::Tensor buffer = torch::cat(flat).mul_(weight_).contiguous();
-    collectives::Allreduce(comm_, buffer, ReduceOp::kSum);
-    int64_t offset = 0;
-    for (const torch::Tensor& p : params) {
-      const int64_t n = p.numel();
-      torch::Tensor slice = buffer.narrow(0, offset, n).view(p.sizes());
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(slice);
-      } else {
-        p.mutable_grad() = slice.clone();
-      }
-      offset += n;
-    }
-  }
-
- private:
-  Communicator& comm_;
-  double weight_;
-};
-
 void MakeDirectories(const std::string& dir) {
   for (size_t slash = 1; slash != std::string::npos;) {
     slash = dir.find('/', slash + 1);
@@ -206,7 +161,7 @@ class Worker {
   struct ProgressShape {
     int64_t steps_in_epoch = 0;
     int world = 1;
-    int64_t batch = 1;
+    int64_t step_samples = 1;
     double lr = 0;
   };
   ProgressShape progress_shape_;
@@ -282,7 +237,7 @@ void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
 void Worker::PutProgress() {
   const TrainingProgress& p = learner_->progress();
   const ProgressShape& shape = progress_shape_;
-  const int64_t per_step = shape.world * shape.batch;
+  const int64_t per_step = shape.step_samples;
   const double seen = commit_.seen > 0 ? commit_.seen : 1;
   char line[256];
   std::snprintf(line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
@@ -435,7 +390,7 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
     options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
     options.seed = learner_->seed();
     Loader loader(test_set_, options);
-    result = Evaluate(learner_->model(), loader, shard, classes, learner_->device(), false);
+    result = Evaluate(learner_->model(), loader, shard, classes, learner_->device(), train_.amp);
   }
   double sums[3] = {result.loss_sum, static_cast<double>(result.correct),
                     static_cast<double>(result.count)};
@@ -456,9 +411,20 @@ void Worker::WriteCheckpoint(const std::string& learner_bytes) {
 
 Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, int rank) {
   const int world = static_cast<int>(view.members.size());
-  const int64_t batch = elastic_.global_batch > 0
-                            ? std::max<int64_t>(1, elastic_.global_batch / world)
-                            : train_.batch_size;
+  // Samples per optimizer step: --global-batch whatever the world, else
+  // --batch-size per worker. Each rank loads its share of a step as one batch
+  // and trains it in micro-batches of at most --batch-size, so the update is
+  // that of one batch of step_samples (accumulation.h).
+  const int64_t step_samples =
+      elastic_.global_batch > 0 ? elastic_.global_batch : world * train_.batch_size;
+  const int64_t share = ElasticSampler::Share(step_samples, rank, world);
+  if (rank == 0 && step_samples < world) {
+    Log("world %d is larger than --global-batch=%lld: ranks %lld..%d take no samples and join "
+        "each step with zero weight",
+        world, static_cast<long long>(step_samples), static_cast<long long>(step_samples),
+        world - 1);
+  }
+  SummingGradientHook hook(learner_->parameters(), *grad_comm_);
   TrainingProgress& p = learner_->progress();
   bool first_step = true;
   while (true) {
@@ -468,25 +434,26 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
       const std::vector<int64_t> perm = sampler_->Permutation(static_cast<uint64_t>(p.epoch));
       std::vector<int64_t> mine;
       for (int64_t pos = p.position; pos < train_size_;
-           pos = sampler_->NextPosition(pos, world, batch)) {
-        const std::vector<int64_t> step = sampler_->StepIndices(perm, pos, rank, world, batch);
+           pos = sampler_->NextPosition(pos, step_samples)) {
+        const std::vector<int64_t> step =
+            sampler_->StepIndices(perm, pos, rank, world, step_samples);
         mine.insert(mine.end(), step.begin(), step.end());
       }
       LoaderOptions options;
-      options.batch_size = batch;
+      options.batch_size = std::max<int64_t>(1, share);  // one step's share per batch
       options.augment = train_.augment;
       options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
       options.seed = learner_->seed();
       Loader loader(train_set_, options);
       loader.Start(mine, static_cast<uint64_t>(p.epoch));
-      const int64_t steps_in_epoch = sampler_->StepsLeft(0, world, batch);
+      const int64_t steps_in_epoch = sampler_->StepsLeft(0, step_samples);
       int64_t steps_since_commit = 0;
       while (p.position < train_size_ && !(train_.max_steps > 0 && p.step >= train_.max_steps)) {
         if (g_terminate_requested.load()) ReportDrainingOnce();
         const auto started = std::chrono::steady_clock::now();
         const std::vector<int64_t> indices =
-            sampler_->StepIndices(perm, p.position, rank, world, batch);
-        const int64_t step_total = std::min<int64_t>(world * batch, train_size_ - p.position);
+            sampler_->StepIndices(perm, p.position, rank, world, step_samples);
+        const int64_t step_total = std::min<int64_t>(step_samples, train_size_ - p.position);
         if (sample_log_ != nullptr) {
           std::fprintf(sample_log_, "S %llu %lld %lld",
                        static_cast<unsigned long long>(generation_),
@@ -495,23 +462,28 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
           std::fputc('\n', sample_log_);
           std::fflush(sample_log_);
         }
-        std::optional<Batch> next;
+        std::vector<MicroBatch> micro;
         if (!indices.empty()) {
-          next = loader.Next();
+          const std::optional<Batch> next = loader.Next();
+          if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
+          // The loader cuts batches of one full step's share: they must be
+          // exactly this step's samples, or the sample accounting is wrong.
+          if (next->indices != indices) throw FatalError("a loader batch is not this step's share");
+          micro = SplitIntoMicroBatches(next->images, next->labels, train_.batch_size, step_total);
         } else {
-          // No share of this short last step: take part with a zero-weighted
-          // sample so that every rank runs the same collectives.
+          // No share of this step (a short last step, or more ranks than
+          // --global-batch): take part with a zero-weighted sample so that
+          // every rank runs the same collectives.
           filler_->Start({perm[0]}, static_cast<uint64_t>(p.epoch));
-          next = filler_->Next();
+          const std::optional<Batch> next = filler_->Next();
+          if (!next) throw FatalError("the filler loader produced no batch");
+          micro.push_back(MicroBatch{next->images, next->labels, 0.0});
         }
-        if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
-        const double weight = static_cast<double>(indices.size()) / static_cast<double>(step_total);
-        WeightedAllreduceHook hook(*grad_comm_, weight);
         const double epochs_done =
             static_cast<double>(p.epoch) +
             static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
-        const StepStats stats = learner_->Step(next->images, next->labels, epochs_done, &hook);
-        p.position = sampler_->NextPosition(p.position, world, batch);
+        const StepStats stats = learner_->Step(micro, epochs_done, &hook);
+        p.position = sampler_->NextPosition(p.position, step_samples);
         ++p.step;
         ++steps_since_commit;
         if (!indices.empty()) {
@@ -524,7 +496,7 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         stats_.ObserveStep(generation_, rank, SecondsSince(started));
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
-          progress_shape_ = {steps_in_epoch, world, batch, stats.lr};
+          progress_shape_ = {steps_in_epoch, world, step_samples, stats.lr};
           PutProgress();
         }
         first_step = false;
