@@ -29,13 +29,17 @@ void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t 
   const double eta = step_in_epoch > 0 ? seconds / static_cast<double>(step_in_epoch) *
                                              static_cast<double>(steps_in_epoch_ - step_in_epoch)
                                        : 0;
-  std::fprintf(out_,
-               "%sepoch %lld/%lld step %lld/%lld (global %lld) loss %.4f acc %.2f%% lr %.4g "
-               "%.0f img/s ETA %.0fs%s",
-               live_ ? "\r\033[K" : "", static_cast<long long>(epoch_),
-               static_cast<long long>(epochs_), static_cast<long long>(step_in_epoch),
-               static_cast<long long>(steps_in_epoch_), static_cast<long long>(global_step),
-               mean_loss, 100 * accuracy, lr, rate, eta, live_ ? "" : "\n");
+  // The elastic driver learns loss and accuracy at commit points: before the
+  // epoch's first one there is nothing to show yet, which is not a zero.
+  char measured[96] = "loss - acc - lr";
+  if (images_in_epoch > 0) {
+    std::snprintf(measured, sizeof(measured), "loss %.4f acc %.2f%% lr", mean_loss, 100 * accuracy);
+  }
+  std::fprintf(
+      out_, "%sepoch %lld/%lld step %lld/%lld (global %lld) %s %.4g %.0f img/s ETA %.0fs%s",
+      live_ ? "\r\033[K" : "", static_cast<long long>(epoch_), static_cast<long long>(epochs_),
+      static_cast<long long>(step_in_epoch), static_cast<long long>(steps_in_epoch_),
+      static_cast<long long>(global_step), measured, lr, rate, eta, live_ ? "" : "\n");
   line_open_ = live_;
   std::fflush(out_);
 }
