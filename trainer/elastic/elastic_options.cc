@@ -27,7 +27,9 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "elastic: seconds a worker told to leave (SIGTERM) waits for the epoch boundary "
               "before it leaves at the next commit");
   f.AddDouble("rendezvous-timeout", &o.rendezvous_timeout,
-              "elastic: seconds to wait below --min-workers before stopping with a checkpoint");
+              "elastic: seconds to wait below --min-workers before stopping with a checkpoint; "
+              "also how long a worker whose communicator could not be built waits for a new "
+              "membership view before it gives up");
   f.AddInt("global-batch", &o.global_batch,
            "elastic: every optimizer step takes this many samples whatever the world size, split "
            "evenly over the workers, each training its share in micro-batches of at most "
@@ -49,7 +51,7 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddString("run-dir", &o.run_dir,
               "elastic: directory for the driver's end-of-run report (report.html); empty: "
               "runs/<date-time> in the directory the job was started from");
-  f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts",
+  f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts.",
               {"", "worker"});
 }
 

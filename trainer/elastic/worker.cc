@@ -197,6 +197,10 @@ class Worker {
   // control values and state bytes in host memory; on the CPU the Gloo one.
   Communicator* grad_comm_ = nullptr;  // guarded by mutex_ like live_comm_
   uint64_t last_generation_ = 0;
+  // Set when a generation's rendezvous failed: the time to stop waiting for a
+  // view that would retry it, and why it failed.
+  std::optional<std::chrono::steady_clock::time_point> give_up_at_;
+  std::string rendezvous_error_;
   bool drain_reported_ = false;
   // For the driver's metrics (worker_stats.h): allreduces and step times.
   WorkerStats stats_;
@@ -268,6 +272,7 @@ std::optional<MembershipView> Worker::WaitForView() {
     }
     if (view.generation > last_generation_) {
       last_generation_ = view.generation;
+      give_up_at_.reset();
       if (view.RankOf(member_id_) < 0) {
         if (drain_reported_) return std::nullopt;  // left the job
         continue;                                  // not admitted (yet)
@@ -282,6 +287,12 @@ std::optional<MembershipView> Worker::WaitForView() {
       continue;
     }
     if (drain_reported_ && view.RankOf(member_id_) < 0) return std::nullopt;
+    if (give_up_at_ && std::chrono::steady_clock::now() > *give_up_at_) {
+      throw FatalError("could not connect to the other workers of generation " +
+                       std::to_string(last_generation_) + " (" + rendezvous_error_ +
+                       ") and no membership change followed within --rendezvous-timeout: can "
+                       "the workers' machines reach each other? (docs/operations.md, Addresses)");
+    }
     if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(1)) {
       last_poll = std::chrono::steady_clock::now();
       if (head_.Get(JobKey::kDone)) return std::nullopt;
@@ -585,6 +596,12 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
   } catch (const std::exception& e) {
     Log("generation %llu: rendezvous failed (%s); waiting for the next view",
         static_cast<unsigned long long>(generation_), e.what());
+    // A member that died makes the head publish a new view. If none comes, the
+    // workers cannot reach each other, and waiting longer would hang the job.
+    rendezvous_error_ = e.what();
+    give_up_at_ =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(elastic_.rendezvous_timeout * 1000));
     return Outcome::kFailed;
   }
   {
