@@ -24,22 +24,17 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/job_checks.h"
 #include "tests/process.h"
 
 namespace {
+
+using elastic::tests::FreshTempDir;
 
 using elastic::tests::Process;
 
 constexpr char kMpirun[] = "/usr/bin/mpirun";
 constexpr std::chrono::seconds kJobTimeout(480);
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(root != nullptr ? root : "/tmp") + "/" + name;
-  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  if (std::system(command.c_str()) != 0) std::abort();
-  return dir;
-}
 
 std::string Binary() {
   char* path = ::realpath("trainer/cifar", nullptr);
@@ -130,7 +125,7 @@ bool Exists(const std::string& path) {
 std::string g_two_rank_checksum;
 
 TEST(MpiTest, TwoRanksTrainLikeOneProcessOfTheirGlobalBatch) {
-  const std::string dir = TempDir("two");
+  const std::string dir = FreshTempDir("two");
   Process job(Mpirun(2, Plus(TrainFlags(2), {"--batch-size=32", "--lr=0.05",
                                              "--checkpoint-dir=" + dir + "/checkpoint"})),
               dir + "/mpirun.log");
@@ -180,7 +175,7 @@ TEST(MpiTest, TwoRanksTrainLikeOneProcessOfTheirGlobalBatch) {
 }
 
 TEST(MpiTest, ResumeFromRankZerosCheckpointContinuesExactly) {
-  const std::string dir = TempDir("resume");
+  const std::string dir = FreshTempDir("resume");
   const std::vector<std::string> flags = Plus(
       TrainFlags(2), {"--batch-size=32", "--lr=0.05", "--checkpoint-dir=" + dir + "/checkpoint"});
   // Stop after the first epoch (48 steps of 2 x 32), then resume the second.
@@ -210,7 +205,7 @@ TEST(MpiTest, ResumeFromRankZerosCheckpointContinuesExactly) {
 }
 
 TEST(MpiTest, ThreeRanksFinishAShortLastStepWithoutSamplesForOneRank) {
-  const std::string dir = TempDir("three");
+  const std::string dir = FreshTempDir("three");
   // 962 = 10 steps of 3 x 32, then a last step of 2 samples: ranks 0 and 1
   // train one each, rank 2 none (a zero-weighted filler sample).
   Process job(Mpirun(3, {"--model=resnet8", "--dataset=fashion-mnist", "--train-samples=962",
@@ -227,7 +222,7 @@ TEST(MpiTest, ThreeRanksFinishAShortLastStepWithoutSamplesForOneRank) {
 
 // A refused run: mpirun exits non-zero and the output names the problem.
 void ExpectRefused(const std::vector<std::string>& flags, const std::string& message) {
-  const std::string dir = TempDir("refused");
+  const std::string dir = FreshTempDir("refused");
   Process job(Mpirun(2, flags), dir + "/mpirun.log");
   const int code = job.Wait(std::chrono::seconds(120));
   EXPECT_NE(code, 0) << job.Output();
@@ -245,7 +240,7 @@ TEST(MpiTest, ElasticFlagsAreRefused) {
 }
 
 TEST(MpiTest, MissingCheckpointIsAClearError) {
-  const std::string dir = TempDir("missing");
+  const std::string dir = FreshTempDir("missing");
   Process job(Mpirun(2, Plus(TrainFlags(1), {"--resume", "--checkpoint-dir=" + dir + "/none"})),
               dir + "/mpirun.log");
   ASSERT_GT(job.Wait(std::chrono::seconds(120)), 0) << job.Output();

@@ -20,9 +20,12 @@
 #include "monitoring/testing/child_process.h"
 #include "monitoring/testing/prometheus_server.h"
 #include "monitoring/testing/runfiles.h"
+#include "tests/job_checks.h"
 #include "tests/process.h"
 
 namespace {
+
+using elastic::tests::FreshTempDir;
 
 using elastic::monitoring::testing::PrometheusServer;
 using elastic::tests::Process;
@@ -32,13 +35,6 @@ constexpr char kBinary[] = "trainer/cifar";
 constexpr int kJoiningWorkers = 2;
 // Long enough for any job of this test: range selectors see its whole life.
 constexpr char kWholeRun[] = "[1h]";
-
-std::string TempDir(const std::string& name) {
-  const std::string dir = elastic::monitoring::testing::TestTempDir() + "/" + name;
-  const std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  if (std::system(command.c_str()) != 0) std::abort();
-  return dir;
-}
 
 // One epoch summary line of the driver, as printed.
 struct PrintedEpoch {
@@ -97,7 +93,7 @@ std::vector<double> DistinctRuns(const std::vector<double>& values) {
 }
 
 TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
-  const std::string dir = TempDir("job");
+  const std::string dir = FreshTempDir("job");
   // Prometheus first, scraping every second a port the driver will serve on:
   // it is ready before the job starts, so it sees the job's whole life.
   const int metrics_port = elastic::monitoring::testing::ReserveFreePort();

@@ -27,22 +27,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/job_checks.h"
 #include "tests/process.h"
 
 namespace {
+
+using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::FreshTempDir;
 
 using elastic::tests::Process;
 
 constexpr char kBinary[] = "trainer/cifar";
 constexpr char kNamespacePrefix[] = "elastic-two-";
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root != nullptr ? root : "/tmp") + "/" + name;
-  const std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  if (std::system(command.c_str()) != 0) std::abort();
-  return dir;
-}
 
 // Runs a shell command; its exit status, with stdout and stderr in *output.
 int RunCommand(const std::string& command, std::string* output) {
@@ -247,24 +243,9 @@ std::vector<std::string> RegisteredFrom(const std::string& output) {
   return addresses;
 }
 
-// Every generation's ranks logged one and the same parameter checksum.
-void CheckChecksums(const std::string& output) {
-  const std::regex re("params generation=(\\d+) rank=(\\d+) world=(\\d+) checksum=([0-9a-f]+)");
-  std::map<int, std::set<std::string>> by_generation;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    by_generation[std::stoi((*it)[1])].insert((*it)[4]);
-  }
-  ASSERT_FALSE(by_generation.empty()) << output;
-  for (const auto& [generation, sums] : by_generation) {
-    EXPECT_EQ(sums.size(), 1u) << "ranks of generation " << generation
-                               << " hold different parameters";
-  }
-}
-
 TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   const signal_teardown::Scope teardown_on_signal;
-  const std::string dir = TempDir("two");
+  const std::string dir = FreshTempDir("two");
   std::string why_not;
   const std::unique_ptr<NamespacePair> namespaces = NamespacePair::Create(&why_not);
   Machine a, b;
@@ -335,7 +316,7 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   std::cout << "machine A workers at " << from_a[0] << ", " << from_a[1]
             << "; machine B workers at " << from_b[0] << ", " << from_b[1] << std::endl;
 
-  CheckChecksums(on_a + on_b);
+  ExpectOneChecksumPerGeneration(on_a + on_b);
 }
 
 }  // namespace
