@@ -46,6 +46,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kTrainSamples = 3072;
 constexpr char kBinary[] = "trainer/cifar";
 
+using elastic::tests::IsRunning;
 using elastic::tests::Process;
 using elastic::tests::ReadFile;
 
@@ -313,7 +314,7 @@ TEST(ElasticTest, NodeWithRepeatedFailuresIsBlacklisted) {
   for (int i = 0; i < 2; ++i) {
     const std::smatch m = joiner.WaitFor(
         "\\[worker \\d+ pid (\\d+)\\] registered \\(node (\\d+)\\)", std::chrono::seconds(120),
-        [](const std::smatch& match) { return ::kill(std::stoi(match[1]), 0) == 0; });
+        [](const std::smatch& match) { return IsRunning(std::stoi(match[1])); });
     ASSERT_FALSE(m.empty()) << joiner.Output();
     ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -354,7 +355,7 @@ TEST(ElasticTest, ChaosThenInvariants) {
          it != std::sregex_iterator(); ++it) {
       const pid_t pid = static_cast<pid_t>(std::stol((*it)[1]));
       if (hit.count(pid) == 0 && std::find(live.begin(), live.end(), pid) == live.end() &&
-          ::kill(pid, 0) == 0)
+          IsRunning(pid))
         live.push_back(pid);
     }
     const int action = static_cast<int>(random() % 3);

@@ -45,6 +45,15 @@ Process::~Process() {
   }
 }
 
+bool IsRunning(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  // "pid (comm) S ...": the state follows the last ')'.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
 std::string Process::Output() const { return ReadFile(log_); }
 
 bool Process::Exited(int* code) {

@@ -42,4 +42,8 @@ class Process {
 
 std::string ReadFile(const std::string& path);
 
+// True while `pid` runs. kill(pid, 0) also succeeds on a zombie that its
+// parent (a node agent, for workers) has not reaped yet: this does not.
+bool IsRunning(pid_t pid);
+
 }  // namespace elastic::tests
