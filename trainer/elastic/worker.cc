@@ -396,7 +396,9 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
   EvalResult result(classes);
   if (!shard.empty()) {
     LoaderOptions options;
-    options.batch_size = std::max<int64_t>(train_.batch_size, 256);
+    // Training-sized batches: at 256 images, ResNet-8's activations fell out of
+    // cache and evaluating 1,017 images took 1.8 s instead of 0.2-0.3 s.
+    options.batch_size = train_.batch_size;
     options.augment = false;
     options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
     options.seed = learner_->seed();
