@@ -142,6 +142,7 @@ void Head::OnClosed(const ConnectionPtr& connection, const std::string& reason) 
   if (session->node_id != 0) {
     ELASTIC_LOG(kInfo, "head", "node " << session->node_id << " disconnected: " << reason);
     nodes_.erase(session->node_id);
+    nodes_connected_.store(nodes_.size());
   }
   if (session->member_id != 0) {
     RemoveMember(session->member_id, MembershipEventKind::kFailed, "connection lost: " + reason);
@@ -205,6 +206,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
       }
       session.node_id = next_node_id_++;
       nodes_[session.node_id] = envelope.getRegisterNode().getName().cStr();
+      nodes_connected_.store(nodes_.size());
       ELASTIC_LOG(kInfo, "head",
                   "node " << session.node_id << " (" << nodes_[session.node_id] << ") registered");
       capnp::MallocMessageBuilder message;
@@ -500,6 +502,7 @@ HeadStats Head::stats() const {
   stats.messages_received = messages_received_.load();
   stats.messages_sent = messages_sent_.load();
   stats.heartbeats_missed = heartbeats_missed_.load();
+  stats.nodes_connected = nodes_connected_.load();
   return stats;
 }
 

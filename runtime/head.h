@@ -57,6 +57,9 @@ struct HeadStats {
   // Heartbeats that members (not node agents or other clients) failed to send
   // in time, as ConnectionCallbacks::on_heartbeats_missed counts them.
   uint64_t heartbeats_missed = 0;
+  // Node agents connected now (the driver waits for remote ones to go before
+  // it shuts the head down, so that late joiners learn the job is done).
+  uint64_t nodes_connected = 0;
 };
 
 class Head {
@@ -137,6 +140,7 @@ class Head {
   std::atomic<uint64_t> messages_received_{0};
   std::atomic<uint64_t> messages_sent_{0};
   std::atomic<uint64_t> heartbeats_missed_{0};
+  std::atomic<uint64_t> nodes_connected_{0};  // nodes_.size(), readable off the loop
 };
 
 }  // namespace elastic::runtime

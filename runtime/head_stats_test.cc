@@ -59,6 +59,21 @@ TEST(HeadStatsTest, CountsEachRequestAndReplyOnce) {
   EXPECT_EQ(after.messages_sent - before.messages_sent, 3u);
 }
 
+TEST(HeadStatsTest, CountsConnectedNodes) {
+  Head head(HeadOptions{});
+  EXPECT_EQ(head.stats().nodes_connected, 0u);
+  {
+    HeadClient agent(ClientOf(head));
+    agent.RegisterNode("machine-a", 2);
+    EXPECT_EQ(head.stats().nodes_connected, 1u);
+    HeadClient other(ClientOf(head));
+    other.Put("not-a-node", "1");  // a plain client is not a node
+    EXPECT_EQ(head.stats().nodes_connected, 1u);
+  }
+  // The head learns of the closed connection on its own thread.
+  EXPECT_TRUE(WaitUntil([&] { return head.stats().nodes_connected == 0; }, kPatience));
+}
+
 TEST(HeadStatsTest, AFrozenMemberMissesHeartbeatsBeforeItIsFailed) {
   HeadOptions options;  // the default heartbeat (100 ms) and timeout (1 s)
   Head head(options);

@@ -278,11 +278,15 @@ int Controller::Run() {
       PollReports();
       Say(*done);
       // Keep the head up until every worker, pending joiners included, has
-      // read that the job is done and left (they poll it about once a second).
+      // read that the job is done and left (they poll it about once a second),
+      // and until the other machines' node agents are gone: a joiner's worker
+      // still loading its data registers only later, and must find the head
+      // there to learn that the job is done. Our own agent is the one node left.
       const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
       while (Clock::now() < deadline) {
         const MembershipUpdate m = head_.Membership();
-        if (m.view.members.empty() && m.pending.empty()) break;
+        if (m.view.members.empty() && m.pending.empty() && head_.stats().nodes_connected <= 1)
+          break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       PollStats(head_.Membership());  // the final records of those who left
