@@ -61,7 +61,7 @@ std::string BroadcastFromRankZero(Communicator& world, const std::string* bytes)
 }
 
 // Calls the GradientReducer between backward and the optimizer step: every
-// rank then steps on the same averaged gradients.
+// rank then steps on the same summed, share-weighted gradients.
 class ReduceGradients : public GradientHook {
  public:
   explicit ReduceGradients(collectives::GradientReducer& reducer) : reducer_(reducer) {}
@@ -72,37 +72,6 @@ class ReduceGradients : public GradientHook {
 };
 
 }  // namespace
-
-// Scales every gradient by the weight of this rank's share of the step before
-// the GradientReducer's hooks (registered later, so run later) average it
-// over ranks. The reducer's plain average is the gradient of the step's mean
-// loss only when all ranks train on equally many samples; the short last step
-// of an epoch gives them unequal shares (or none: such a rank trains a filler
-// sample at weight 0), and weight = ranks x share / step samples makes the
-// average exact there too. The weight is 1 on every other step and then
-// costs nothing.
-class GradientWeight {
- public:
-  explicit GradientWeight(const std::vector<torch::Tensor>& parameters) : parameters_(parameters) {
-    for (const torch::Tensor& p : parameters_) {
-      handles_.push_back(p.register_hook([this](const torch::Tensor& grad) -> torch::Tensor {
-        return weight_ == 1.0 ? grad : grad * weight_;
-      }));
-    }
-  }
-  ~GradientWeight() {
-    for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].remove_hook(handles_[i]);
-  }
-  GradientWeight(const GradientWeight&) = delete;
-  GradientWeight& operator=(const GradientWeight&) = delete;
-
-  void Set(double weight) { weight_ = weight; }
-
- private:
-  std::vector<torch::Tensor> parameters_;
-  std::vector<unsigned> handles_;
-  double weight_ = 1.0;
-};
 
 LearnerOptions MakeLearnerOptions(const TrainOptions& o, int64_t num_classes) {
   LearnerOptions l;
@@ -190,14 +159,17 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<const Dataset> tra
     filler.augment = false;
     filler.threads = 1;
     filler_loader_ = std::make_unique<Loader>(train_, filler);
-    gradient_weight_ = std::make_unique<GradientWeight>(learner_->parameters());
-    reducer_ = std::make_unique<collectives::GradientReducer>(learner_->parameters(), world_);
+    // Summed, not averaged: each rank weights its loss by its share of the
+    // step (TrainEpoch), which keeps the short last step of an epoch exact,
+    // where ranks hold unequal shares (or none).
+    collectives::GradientReducerOptions sum;
+    sum.op = ReduceOp::kSum;
+    reducer_ = std::make_unique<collectives::GradientReducer>(learner_->parameters(), world_, sum);
   }
 }
 
 Trainer::~Trainer() {
-  reducer_.reset();  // its hooks go before the weights' and before the model
-  gradient_weight_.reset();
+  reducer_.reset();  // its hooks go before the model
   if (quiet_ != nullptr) std::fclose(quiet_);
 }
 
@@ -302,10 +274,11 @@ bool Trainer::TrainEpoch(double* loss_sum, int64_t* correct, int64_t* seen) {
         static_cast<double>(p.position + step_samples) / static_cast<double>(train_size_);
     StepStats stats;
     if (reducer_) {
-      gradient_weight_->Set(static_cast<double>(world_size_ * my_share) /
-                            static_cast<double>(step_samples));
+      // The filler sample (no share) weighs 0.
+      const MicroBatch mine{next->images, next->labels,
+                            static_cast<double>(my_share) / static_cast<double>(step_samples)};
       ReduceGradients hook(*reducer_);
-      stats = learner_->Step(next->images, next->labels, epochs_done, &hook);
+      stats = learner_->Step({mine}, epochs_done, &hook);
     } else {
       stats = learner_->Step(next->images, next->labels, epochs_done);
     }

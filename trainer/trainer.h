@@ -33,8 +33,6 @@ class GradientReducer;
 
 namespace elastic::trainer {
 
-class GradientWeight;
-
 // The Learner's configuration from the flags.
 LearnerOptions MakeLearnerOptions(const TrainOptions& options, int64_t num_classes);
 
@@ -97,7 +95,6 @@ class Trainer {
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
   std::unique_ptr<Loader> filler_loader_;  // see TrainEpoch
-  std::unique_ptr<GradientWeight> gradient_weight_;
   std::unique_ptr<collectives::GradientReducer> reducer_;
   std::unique_ptr<ProgressReporter> reporter_;
 };
