@@ -17,6 +17,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -306,9 +307,7 @@ bool Worker::EveryRankHasItsOwnGpu(Communicator& comm) {
   // gathered list, so all of them choose the same data plane.
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  uint64_t host = 1469598103934665603ULL;
-  for (const char* c = hostname; *c != 0; ++c)
-    host = (host ^ static_cast<uint8_t>(*c)) * 1099511628211ULL;
+  const uint64_t host = std::hash<std::string>{}(hostname);
   const int64_t mine = static_cast<int64_t>((host << 8) ^ static_cast<uint64_t>(device_.index()));
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
   comm.Allgather(&mine, all.data(), 1, DataType::kInt64);
@@ -504,9 +503,9 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
           pending_correct_ += static_cast<double>(stats.correct);
           pending_seen_ += static_cast<double>(stats.count);
         }
-        pending_seconds_ +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        stats_.ObserveStep(generation_, rank, SecondsSince(started));
+        const double step_seconds = SecondsSince(started);
+        pending_seconds_ += step_seconds;
+        stats_.ObserveStep(generation_, rank, step_seconds);
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
           progress_shape_ = {steps_in_epoch, world, step_samples, stats.lr};
@@ -733,6 +732,10 @@ int RunWorker() {
   struct sigaction action {};
   action.sa_handler = OnTerminate;
   ::sigaction(SIGTERM, &action, nullptr);
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer
+  // that was just killed must fail that collective (and the generation), not
+  // kill this worker with SIGPIPE, as it did once in a kill of rank 0.
+  ::signal(SIGPIPE, SIG_IGN);
   try {
     const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
     auto head = std::make_unique<runtime::HeadClient>(
