@@ -40,6 +40,9 @@ namespace {
 
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
+using elastic::tests::LastTestAccuracy;
+using elastic::tests::PrintedEpochCount;
+using elastic::tests::StopAfterAnEpochWithWorld;
 
 using Clock = std::chrono::steady_clock;
 
@@ -230,11 +233,11 @@ TEST(ElasticTest, GlobalBatchWithAmpSurvivesAKill) {
   CheckSamples(dir, 2);
 }
 
+// The job stops (SIGTERM to the driver) one epoch after the joiners took
+// effect, however long they took to load the data set and register.
 TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   const std::string dir = FreshTempDir("join");
-  // Four epochs: the joiners (which load the data set first) register in
-  // time for an epoch boundary even on a fast machine.
-  std::vector<std::string> args = JobArgs(dir, 2, 4);
+  std::vector<std::string> args = JobArgs(dir, 2, 30);
   args.push_back("--token-file=" + dir + "/token");
   Process driver(args, dir + "/driver.log");
   const std::smatch listen =
@@ -245,14 +248,46 @@ TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   Process joiner(
       {kBinary, "--join=127.0.0.1:" + port, "--workers=2", "--token-file=" + dir + "/token"},
       dir + "/join.log");
-  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  ASSERT_TRUE(StopAfterAnEpochWithWorld(driver, 4, std::chrono::seconds(400)))
+      << driver.Output() << joiner.Output();
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 3) << driver.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << joiner.Output();
   const std::string output = driver.Output() + joiner.Output();
   EXPECT_NE(output.find("with 4 workers"), std::string::npos) << output;
-  EXPECT_NE(output.find("world 4 |"), std::string::npos) << output;
-  EXPECT_GE(FinalAccuracy(output), 45.0) << output;
+  EXPECT_NE(output.find("epoch 1/30 world 2 |"), std::string::npos) << output;
+  EXPECT_GE(LastTestAccuracy(output), 45.0) << output;
   ExpectOneChecksumPerGeneration(output);
-  CheckSamples(dir, 4);
+  CheckSamples(dir, PrintedEpochCount(driver.Output()));
+}
+
+// SIGTERM (or Ctrl-C) to the driver stops the job at the next epoch boundary
+// with a checkpoint, and --resume continues from there.
+TEST(ElasticTest, DriverSigtermStopsWithACheckpointThatResumeContinues) {
+  const std::string dir = FreshTempDir("stop");
+  Process driver(JobArgs(dir, 2, 3), dir + "/driver.log");
+  ASSERT_TRUE(WaitForStep(driver, 1, 3)) << driver.Output();
+  ASSERT_EQ(::kill(driver.pid(), SIGTERM), 0);
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output();
+  const std::string stopped = driver.Output();
+  EXPECT_NE(stopped.find("driver: SIGTERM: stopping the job at the next epoch boundary"),
+            std::string::npos)
+      << stopped;
+  EXPECT_EQ(PrintedEpochCount(stopped), 1) << stopped;
+  EXPECT_EQ(stopped.find("restoring the last commit"), std::string::npos) << stopped;
+  EXPECT_NE(stopped.find("(continue with --resume)"), std::string::npos) << stopped;
+  struct stat info;
+  ASSERT_EQ(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0) << stopped;
+
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--resume");
+  Process resumed(args, dir + "/resumed.log");
+  ASSERT_EQ(resumed.Wait(std::chrono::seconds(400)), 0) << resumed.Output();
+  const std::string output = resumed.Output();
+  EXPECT_NE(output.find("resuming from"), std::string::npos) << output;
+  EXPECT_EQ(output.find("epoch 1/3"), std::string::npos) << "epoch 1 ran again\n" << output;
+  EXPECT_NE(output.find("epoch 2/3 world 2 |"), std::string::npos) << output;
+  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << output;
+  EXPECT_GE(FinalAccuracy(output), 45.0) << output;
 }
 
 TEST(ElasticTest, ScaleDownFourToTwoBySigterm) {

@@ -1,6 +1,7 @@
 #include "tests/job_checks.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <map>
@@ -30,6 +31,31 @@ void ExpectOneChecksumPerGeneration(const std::string& output) {
                                << " hold different parameters";
   }
   EXPECT_EQ(output.find("checksum mismatch"), std::string::npos);
+}
+
+bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds timeout) {
+  const std::string summary = "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|";
+  if (driver.WaitFor(summary, timeout).empty()) {
+    ::kill(driver.pid(), SIGKILL);
+    return false;
+  }
+  return ::kill(driver.pid(), SIGTERM) == 0;
+}
+
+double LastTestAccuracy(const std::string& output) {
+  const std::regex re("\\| test loss \\S+ acc ([0-9.]+)%");
+  double last = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    last = std::stod((*it)[1]);
+  }
+  return last;
+}
+
+int PrintedEpochCount(const std::string& output) {
+  const std::regex re("epoch \\d+/\\d+ world \\d+ \\|");
+  return static_cast<int>(std::distance(std::sregex_iterator(output.begin(), output.end(), re),
+                                        std::sregex_iterator()));
 }
 
 }  // namespace elastic::tests

@@ -1,8 +1,12 @@
 // What the end-to-end tests of //trainer:cifar share besides Process: a fresh
-// directory per scenario and the checksum invariant read off a job's output.
+// directory per scenario, the checksum invariant read off a job's output, and
+// ending a job once a membership change took effect.
 #pragma once
 
+#include <chrono>
 #include <string>
+
+#include "tests/process.h"
 
 namespace elastic::tests {
 
@@ -13,5 +17,18 @@ std::string FreshTempDir(const std::string& name);
 // their sync ("params generation=G rank=R world=W checksum=C"), at least one
 // generation did, and no worker reported a mismatch. Google Test expectations.
 void ExpectOneChecksumPerGeneration(const std::string& output);
+
+// Waits until the driver printed an epoch summary with `world` workers, then
+// sends it SIGTERM: the job stops at the next epoch boundary with a checkpoint
+// (exit status 3). A test whose membership change must take effect runs as
+// many epochs as that takes on a loaded machine, and one more. False (with
+// the driver killed) if no such epoch came within `timeout`.
+bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds timeout);
+
+// The test accuracy (percent) of the last epoch summary the driver printed, or -1.
+double LastTestAccuracy(const std::string& output);
+
+// The epoch summaries ("epoch E/N world W | ...") the driver printed.
+int PrintedEpochCount(const std::string& output);
 
 }  // namespace elastic::tests

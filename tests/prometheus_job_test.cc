@@ -104,11 +104,11 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
           "127.0.0.1:" + std::to_string(metrics_port), "1s"),
       dir + "/prometheus");
 
-  // Four epochs: the joiners (which load the data set first) enter at an
-  // epoch boundary before the last one, even on a fast machine.
+  // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
+  // after the joiners took effect, however long they took to start.
   Process driver(
       {kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-       "--test-samples=1000", "--epochs=4", "--batch-size=32", "--lr=0.05", "--seed=1",
+       "--test-samples=1000", "--epochs=30", "--batch-size=32", "--lr=0.05", "--seed=1",
        "--loader-threads=1", "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
        "--token-file=" + dir + "/token", "--run-dir=" + dir + "/run"},
       dir + "/driver.log");
@@ -121,13 +121,16 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   Process joiner({kBinary, "--join=127.0.0.1:" + head_port,
                   "--workers=" + std::to_string(kJoiningWorkers), "--token-file=" + dir + "/token"},
                  dir + "/join.log");
-  ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << driver.Output();
+  ASSERT_TRUE(elastic::tests::StopAfterAnEpochWithWorld(driver, 2 + kJoiningWorkers,
+                                                        std::chrono::seconds(400)))
+      << driver.Output() << joiner.Output();
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
 
   // What the driver printed.
   const std::string output = driver.Output();
   const std::vector<PrintedEpoch> epochs = PrintedEpochs(output);
-  ASSERT_EQ(epochs.size(), 4u) << output;
+  ASSERT_GE(epochs.size(), 2u) << output;
   std::vector<double> printed_worlds, printed_accuracies;
   for (const PrintedEpoch& e : epochs) {
     printed_worlds.push_back(e.world);
@@ -135,9 +138,7 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   }
   // The joiners may enter at one epoch boundary or, one by one, at two.
   ASSERT_EQ(printed_worlds.front(), 2) << output;
-  ASSERT_EQ(printed_worlds.back(), 2 + kJoiningWorkers)
-      << "the join did not take effect before the last epoch\n"
-      << output;
+  ASSERT_EQ(printed_worlds.back(), 2 + kJoiningWorkers) << output;
   const std::vector<int> generations = PrintedGenerations(output);
   ASSERT_GE(generations.size(), 2u) << output;
 

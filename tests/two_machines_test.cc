@@ -34,6 +34,7 @@ namespace {
 
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
+using elastic::tests::StopAfterAnEpochWithWorld;
 
 using elastic::tests::Process;
 
@@ -264,15 +265,15 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
               << "******************************************************************" << std::endl;
   }
 
-  // Four epochs, so the joiners (which load the data set first) enter at an
-  // epoch boundary before the last one.
-  Process driver(
-      a.Command({kBinary, "--workers=2", "--listen=" + a.address, "--port=0",
-                 "--token-file=" + dir + "/token", "--metrics-port=0", "--run-dir=" + dir + "/run",
-                 "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-                 "--test-samples=1000", "--epochs=4", "--batch-size=32", "--lr=0.05", "--seed=1",
-                 "--loader-threads=1", "--log-every=1"}),
-      dir + "/machine-a.log");
+  // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
+  // after machine B's workers took effect, however long they took to start.
+  Process driver(a.Command({kBinary, "--workers=2", "--listen=" + a.address, "--port=0",
+                            "--token-file=" + dir + "/token", "--metrics-port=0",
+                            "--run-dir=" + dir + "/run", "--checkpoint-dir=" + dir + "/checkpoint",
+                            "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
+                            "--test-samples=1000", "--epochs=30", "--batch-size=32", "--lr=0.05",
+                            "--seed=1", "--loader-threads=1", "--log-every=1"}),
+                 dir + "/machine-a.log");
   signal_teardown::AddProcessGroup(driver.pid());
   const std::smatch listen = driver.WaitFor(
       "head listening on " + std::regex_replace(a.address, std::regex("\\."), "\\.") + ":(\\d+)",
@@ -288,21 +289,23 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
       dir + "/machine-b.log");
   signal_teardown::AddProcessGroup(joiner.pid());
 
-  ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << driver.Output() << joiner.Output();
+  ASSERT_TRUE(StopAfterAnEpochWithWorld(driver, 4, std::chrono::seconds(400)))
+      << driver.Output() << joiner.Output();
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output() << joiner.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
   const std::string on_a = driver.Output();
   const std::string on_b = joiner.Output();
 
   // The world went 2 -> 4 with machine B's workers in it.
   const std::vector<PrintedEpoch> epochs = PrintedEpochs(on_a);
-  ASSERT_EQ(epochs.size(), 4u) << on_a;
+  ASSERT_GE(epochs.size(), 2u) << on_a;
   EXPECT_EQ(epochs.front().world, 2) << on_a;
   EXPECT_EQ(epochs.back().world, 4) << on_a;
   EXPECT_NE(on_a.find("with 4 workers"), std::string::npos) << on_a;
   EXPECT_TRUE(std::regex_search(on_b, std::regex("params generation=\\d+ rank=[23] world=4 ")))
       << "machine B's workers never trained\n"
       << on_b;
-  EXPECT_NE(on_a.find("done: 4 epochs"), std::string::npos) << on_a;
+  EXPECT_NE(on_a.find("(continue with --resume)"), std::string::npos) << on_a;
 
   // Each machine's workers advertised their own machine's address to peers.
   const std::vector<std::string> from_a = RegisteredFrom(on_a);

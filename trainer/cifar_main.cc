@@ -31,7 +31,8 @@ constexpr char kSummary[] =
     "Without --workers it trains in this process; --workers N starts a head and N worker\n"
     "processes that train data-parallel and can join (--join HOST:PORT --workers K\n"
     "--token-file F from another shell or machine), leave (SIGTERM) or die (kill -9)\n"
-    "between and during epochs.\n"
+    "between and during epochs. Ctrl-C (SIGINT) or SIGTERM to the driver stops the job at the\n"
+    "next epoch boundary with a checkpoint (exit status 3; --resume continues it).\n"
     "Started by mpirun (mpirun -np N cifar [training flags]) it is one of N ranks of a\n"
     "fixed-size data-parallel job over MPI: --batch-size per rank, lr x N, rank 0 prints\n"
     "and checkpoints; the elastic flags are refused there.";

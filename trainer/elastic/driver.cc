@@ -6,6 +6,7 @@
 // view at once, which is a new generation the survivors rebuild on. Joins and
 // graceful leaves are applied when rank 0 reports that the job stopped at a
 // commit point the driver asked for (docs/elastic.md, "Control at commit points").
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,6 +51,28 @@ void Say(const std::string& text) {
   std::fflush(stdout);
 }
 
+// SIGINT and SIGTERM to the driver, counted by the handler and acted on by the
+// control loop: the first stops the job at the next epoch boundary, the second
+// at the next commit, both with a checkpoint; the third ends the driver at
+// once (its workers die with it, as after kill -9).
+std::atomic<int> stop_signals{0};
+std::atomic<int> last_stop_signal{0};
+
+extern "C" void OnStopSignal(int signal) {
+  last_stop_signal.store(signal);
+  if (stop_signals.fetch_add(1) + 1 >= 3) {
+    ::signal(signal, SIG_DFL);
+    ::raise(signal);  // delivered when this handler returns
+  }
+}
+
+void InstallStopSignalHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
 std::string Ids(const std::vector<uint64_t>& ids) {
   std::string out;
   for (uint64_t id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
@@ -81,7 +104,14 @@ class Controller {
   void PollReports();
   // Folds the workers' stats records and the head's counters into the metrics.
   void PollStats(const MembershipUpdate& m);
-  int StopBelowMinimum(const std::vector<uint64_t>& view);
+  // SIGINT/SIGTERM received so far; says so once for each new one.
+  int StopSignals();
+  // Ends the job at its last commit: the members of `view` sync on it, rank 0
+  // writes the checkpoint, and everyone exits (kExitStopped).
+  int StopWithCheckpoint(const std::vector<uint64_t>& view, const std::string& why);
+  // Keeps the head up until every worker, pending joiners included, has read
+  // that the job is over and left, and the other machines' node agents are gone.
+  void WaitForEveryoneToLeave();
 
   const ElasticOptions& elastic_;
   const TrainOptions& train_;
@@ -106,6 +136,8 @@ class Controller {
   bool first_step_seen_ = true;
   std::string last_request_;
   std::optional<Clock::time_point> below_minimum_since_;
+  int stop_signals_seen_ = 0;
+  std::string stopped_by_;  // why, for the workers' logs
   int64_t next_epoch_ = 0;
   int64_t reported_epoch_ = -1;
   std::string last_progress_;
@@ -217,6 +249,10 @@ void Controller::PollReports() {
       }
     }
   }
+  if (next_epoch_ == 0) {
+    if (const std::optional<std::string> epoch = kv_.Get(JobKey::kResumedAt))
+      next_epoch_ = std::stoll(*epoch);
+  }
   while (const std::optional<std::string> summary = kv_.Get(JobKey::Epoch(next_epoch_))) {
     reporter_.Note(summary->c_str());
     if (const std::optional<EpochReport> report = ParseEpochReport(*summary))
@@ -245,27 +281,53 @@ void Controller::PollStats(const MembershipUpdate& m) {
   stats_members_ = std::move(live);
 }
 
-int Controller::StopBelowMinimum(const std::vector<uint64_t>& view) {
-  const std::string message =
-      "driver: error: only " + std::to_string(view.size()) + " workers for " +
-      std::to_string(static_cast<int64_t>(elastic_.rendezvous_timeout)) +
-      " s (--rendezvous-timeout), below --min-workers=" + std::to_string(elastic_.min_workers) +
-      "; stopping";
-  Say(message);
-  kv_.Put(JobKey::kStop, message);
+int Controller::StopSignals() {
+  const int signals = stop_signals.load();
+  if (signals == stop_signals_seen_) return signals;
+  stop_signals_seen_ = signals;
+  const std::string name = last_stop_signal.load() == SIGINT ? "SIGINT" : "SIGTERM";
+  stopped_by_ = "stopped by " + name + " to the driver";
+  if (signals == 1) {
+    Say("driver: " + name +
+        ": stopping the job at the next epoch boundary with a checkpoint (again: at the next "
+        "commit; a third time: at once, losing the work since the last commit)");
+  } else {
+    Say("driver: " + name + " again: stopping at the next commit (--commit-every)");
+  }
+  return signals;
+}
+
+void Controller::WaitForEveryoneToLeave() {
+  // Workers poll for the end about once a second. A joiner's worker still
+  // loading its data registers only later, and must find the head there to
+  // learn that the job is over. Our own agent is the one node left.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
+  while (Clock::now() < deadline) {
+    const MembershipUpdate m = head_.Membership();
+    if (m.view.members.empty() && m.pending.empty() && head_.stats().nodes_connected <= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  PollStats(head_.Membership());  // the final records of those who left
+}
+
+int Controller::StopWithCheckpoint(const std::vector<uint64_t>& view, const std::string& why) {
+  PollReports();  // the summary of the epoch we stopped after
+  kv_.Put(JobKey::kStop, why);
   if (view.empty()) {
     Say("driver: no worker is left to write a checkpoint from the last commit; the last "
         "periodic checkpoint (if any) is in --checkpoint-dir");
-    return kExitBelowMinWorkers;
+    return kExitStopped;
   }
-  Publish(view, "stop below --min-workers: checkpoint from the last commit");
-  // The survivors sync on the last commit; rank 0 writes it and everyone exits.
+  Publish(view, "stop: rank 0 writes the checkpoint of the last commit");
+  // The members sync on the last commit; rank 0 writes it and everyone exits.
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < deadline && !head_.Membership().view.members.empty())
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitForEveryoneToLeave();
   if (!train_.checkpoint_dir.empty())
-    Say("driver: checkpoint of the last commit: " + train_.checkpoint_dir);
-  return kExitBelowMinWorkers;
+    Say("driver: checkpoint of the last commit: " + train_.checkpoint_dir +
+        " (continue with --resume)");
+  return kExitStopped;
 }
 
 int Controller::Run() {
@@ -277,21 +339,10 @@ int Controller::Run() {
     if (const std::optional<std::string> done = kv_.Get(JobKey::kDone)) {
       PollReports();
       Say(*done);
-      // Keep the head up until every worker, pending joiners included, has
-      // read that the job is done and left (they poll it about once a second),
-      // and until the other machines' node agents are gone: a joiner's worker
-      // still loading its data registers only later, and must find the head
-      // there to learn that the job is done. Our own agent is the one node left.
-      const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
-      while (Clock::now() < deadline) {
-        const MembershipUpdate m = head_.Membership();
-        if (m.view.members.empty() && m.pending.empty() && head_.stats().nodes_connected <= 1)
-          break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      PollStats(head_.Membership());  // the final records of those who left
+      WaitForEveryoneToLeave();
       return kExitOk;
     }
+    const int stops = StopSignals();
     const MembershipUpdate m = head_.Membership();
     if (m.view.generation != generation_) {
       generation_ = m.view.generation;
@@ -335,6 +386,12 @@ int Controller::Run() {
     next.insert(next.end(), joining.begin(), joining.end());
 
     if (!started_) {
+      if (stops > 0) {
+        Say("driver: stopped before training started; nothing to checkpoint");
+        kv_.Put(JobKey::kStop, "the driver was stopped before training started");
+        WaitForEveryoneToLeave();
+        return kExitError;
+      }
       // The first generation: every local worker, or --min-workers after the timeout.
       // Workers load the data set before they register: give them at least
       // two minutes on a loaded machine, whatever --rendezvous-timeout says.
@@ -374,12 +431,26 @@ int Controller::Run() {
             " workers, below --min-workers=" + std::to_string(elastic_.min_workers) +
             "; waiting up to --rendezvous-timeout for joins");
       }
-      if (Clock::now() - *below_minimum_since_ > timeout) return StopBelowMinimum(staying);
+      if (stops > 0) return StopWithCheckpoint(staying, stopped_by_);
+      if (Clock::now() - *below_minimum_since_ > timeout) {
+        const std::string message =
+            "driver: error: only " + std::to_string(staying.size()) + " workers for " +
+            std::to_string(static_cast<int64_t>(elastic_.rendezvous_timeout)) +
+            " s (--rendezvous-timeout), below --min-workers=" +
+            std::to_string(elastic_.min_workers) + "; stopping";
+        Say(message);
+        return StopWithCheckpoint(staying, message);
+      }
       continue;
     }
     below_minimum_since_.reset();
 
     if (kv_.Get(JobKey::Stopped(generation_))) {
+      if (stops > 0) {
+        std::vector<uint64_t> members;
+        for (const MemberInfo& member : m.view.members) members.push_back(member.id);
+        return StopWithCheckpoint(members, stopped_by_);
+      }
       // Rank 0 stopped where we asked: apply joins and leaves.
       std::string reason;
       if (!joining.empty()) reason += std::to_string(joining.size()) + " joined";
@@ -391,13 +462,13 @@ int Controller::Run() {
         kv_.Put(JobKey::kStop, "every worker left");
         Publish(m.view.members.empty() ? next : std::vector<uint64_t>{m.view.members[0].id},
                 "last worker writes the checkpoint");
-        return kExitBelowMinWorkers;
+        return kExitStopped;
       }
       Publish(next, reason);
       continue;
     }
-    if (!joining.empty() || !leaving.empty()) {
-      const std::string request = drain_expired ? "now" : "epoch";
+    if (stops > 0 || !joining.empty() || !leaving.empty()) {
+      const std::string request = drain_expired || stops >= 2 ? "now" : "epoch";
       if (request != last_request_) {
         last_request_ = request;
         kv_.Put(JobKey::Request(generation_), request);
@@ -428,6 +499,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   monitoring::MetricsOptions metrics_options;
   metrics_options.address = elastic.metrics_address;
   metrics_options.port = elastic.metrics_port;
+  InstallStopSignalHandlers();
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 

@@ -21,8 +21,9 @@ namespace elastic::trainer {
 // Exit codes of the elastic processes.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
-// Stopped below --min-workers after --rendezvous-timeout (a checkpoint was written).
-inline constexpr int kExitBelowMinWorkers = 3;
+// Stopped before --epochs with a checkpoint of the last commit: below
+// --min-workers after --rendezvous-timeout, or SIGINT/SIGTERM to the driver.
+inline constexpr int kExitStopped = 3;
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args);

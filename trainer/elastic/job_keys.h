@@ -13,12 +13,15 @@
 namespace elastic::trainer {
 
 struct JobKey {
-  static constexpr const char* kArgs = "job/args";          // driver: the job's flags
-  static constexpr const char* kStarted = "job/started";    // rank 0 of the first sync
+  static constexpr const char* kArgs = "job/args";        // driver: the job's flags
+  static constexpr const char* kStarted = "job/started";  // rank 0 of the first sync
+  // Rank 0 of a --resume job: the epoch the checkpoint resumed at (0-based), so
+  // the driver expects epoch summaries from there on.
+  static constexpr const char* kResumedAt = "job/resumed-at";
   static constexpr const char* kProgress = "job/progress";  // rank 0, every step
   static constexpr const char* kLastAccuracy = "job/last-accuracy";
   static constexpr const char* kDone = "job/done";  // rank 0: the final line
-  static constexpr const char* kStop = "job/stop";  // driver: below --min-workers, stop
+  static constexpr const char* kStop = "job/stop";  // driver: stop early, and why
   // Driver -> rank 0: "epoch" (stop at the next epoch boundary) or "now" (next commit).
   static std::string Request(uint64_t generation) {
     return runtime::GenerationKey(generation, "request");

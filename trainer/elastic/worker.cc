@@ -203,6 +203,7 @@ class Worker {
   std::optional<std::chrono::steady_clock::time_point> give_up_at_;
   std::string rendezvous_error_;
   bool drain_reported_ = false;
+  bool resumed_ = false;  // rank 0 read --resume's checkpoint; says where, after the sync
   // For the driver's metrics (worker_stats.h): allreduces and step times.
   WorkerStats stats_;
   WorkerStatsPublisher stats_publisher_{stats_};
@@ -296,7 +297,9 @@ std::optional<MembershipView> Worker::WaitForView() {
     }
     if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(1)) {
       last_poll = std::chrono::steady_clock::now();
+      // A job that ended or stopped before admitting us: nothing to join.
       if (head_.Get(JobKey::kDone)) return std::nullopt;
+      if (view.RankOf(member_id_) < 0 && head_.Get(JobKey::kStop)) return std::nullopt;
     }
   }
 }
@@ -629,10 +632,15 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
         commit_ = Commit();
         commit_.learner = ReadCheckpointFile(path);
         Log("resuming from %s", path.c_str());
+        resumed_ = true;
       }
       head_.Put(JobKey::kStarted, "1");
     }
     Sync(*comm, rank);
+    if (rank == 0 && resumed_) {
+      head_.Put(JobKey::kResumedAt, std::to_string(learner_->progress().epoch));
+      resumed_ = false;
+    }
     if (const std::optional<std::string> stop = head_.Get(JobKey::kStop)) {
       if (rank == 0) WriteCheckpoint(commit_.learner);
       outcome = Outcome::kStopped;
@@ -716,9 +724,10 @@ int Worker::Run() {
         head_.Leave();  // a goodbye, so the head does not count it as a failure
         return kExitOk;
       case Outcome::kStopped:
-        Log("stopped: the driver gave up waiting for --min-workers");
+        // The job's outcome is the driver's exit status; ours says we stopped cleanly.
+        Log("stopped: %s", head_.Get(JobKey::kStop).value_or("the driver stopped the job").c_str());
         head_.Leave();
-        return kExitBelowMinWorkers;
+        return kExitOk;
       case Outcome::kChange:
       case Outcome::kFailed:
         break;
