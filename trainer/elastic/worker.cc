@@ -203,7 +203,6 @@ class Worker {
   std::optional<std::chrono::steady_clock::time_point> give_up_at_;
   std::string rendezvous_error_;
   bool drain_reported_ = false;
-  bool resumed_ = false;  // rank 0 read --resume's checkpoint; says where, after the sync
   // For the driver's metrics (worker_stats.h): allreduces and step times.
   WorkerStats stats_;
   WorkerStatsPublisher stats_publisher_{stats_};
@@ -626,20 +625,19 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     learner_ =
         std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
                                   MakeLearnerOptions(scaled, train_set_->num_classes()), device_);
-    if (rank == 0 && !head_.Get(JobKey::kStarted)) {
-      if (train_.resume) {
-        const std::string path = CheckpointPath(train_.checkpoint_dir);
-        commit_ = Commit();
-        commit_.learner = ReadCheckpointFile(path);
-        Log("resuming from %s", path.c_str());
-        resumed_ = true;
-      }
-      head_.Put(JobKey::kStarted, "1");
+    const bool first_sync = rank == 0 && !head_.Get(JobKey::kStarted);
+    if (first_sync && train_.resume) {
+      const std::string path = CheckpointPath(train_.checkpoint_dir);
+      commit_ = Commit();
+      commit_.learner = ReadCheckpointFile(path);
+      Log("resuming from %s", path.c_str());
     }
     Sync(*comm, rank);
-    if (rank == 0 && resumed_) {
-      head_.Put(JobKey::kResumedAt, std::to_string(learner_->progress().epoch));
-      resumed_ = false;
+    if (first_sync) {
+      // Only after the sync: had it failed, the next generation's rank 0 (maybe
+      // another worker, holding the fresh model) must read the checkpoint.
+      head_.Put(JobKey::kStarted, "1");
+      if (train_.resume) head_.Put(JobKey::kResumedAt, std::to_string(learner_->progress().epoch));
     }
     if (const std::optional<std::string> stop = head_.Get(JobKey::kStop)) {
       if (rank == 0) WriteCheckpoint(commit_.learner);
