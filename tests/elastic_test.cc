@@ -80,6 +80,13 @@ pid_t WorkerPid(Process& driver, int generation, int rank) {
   return m.empty() ? -1 : static_cast<pid_t>(std::stol(m[1]));
 }
 
+// The port the driver's head listens on, once it says so ("" if it never does).
+std::string HeadPort(Process& driver) {
+  const std::smatch m =
+      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
+  return m.empty() ? "" : m[1].str();
+}
+
 // Waits until the job is at least `step` steps into (1-based) epoch `epoch`.
 bool WaitForStep(Process& driver, int epoch, int step) {
   return !driver
@@ -240,10 +247,8 @@ TEST(ElasticTest, ScaleUpTwoToFourByJoin) {
   std::vector<std::string> args = JobArgs(dir, 2, 30);
   args.push_back("--token-file=" + dir + "/token");
   Process driver(args, dir + "/driver.log");
-  const std::smatch listen =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
-  const std::string port = listen[1];
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << driver.Output();
   ASSERT_TRUE(WaitForStep(driver, 1, 3)) << driver.Output();
   Process joiner(
       {kBinary, "--join=127.0.0.1:" + port, "--workers=2", "--token-file=" + dir + "/token"},
@@ -269,13 +274,12 @@ TEST(ElasticTest, DriverSigtermStopsWithACheckpointThatResumeContinues) {
   args.push_back("--token-file=" + dir + "/token");
   args.push_back("--max-workers=2");
   Process driver(args, dir + "/driver.log");
-  const std::smatch listen =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << driver.Output();
   ASSERT_TRUE(WaitForStep(driver, 1, 3)) << driver.Output();
-  Process joiner({kBinary, "--join=127.0.0.1:" + listen[1].str(), "--workers=1",
-                  "--token-file=" + dir + "/token"},
-                 dir + "/join.log");
+  Process joiner(
+      {kBinary, "--join=127.0.0.1:" + port, "--workers=1", "--token-file=" + dir + "/token"},
+      dir + "/join.log");
   ASSERT_FALSE(joiner.WaitFor("\\] registered \\(node", std::chrono::seconds(120)).empty())
       << joiner.Output();
   ASSERT_EQ(::kill(driver.pid(), SIGTERM), 0);
@@ -367,10 +371,8 @@ TEST(ElasticTest, NodeWithRepeatedFailuresIsBlacklisted) {
   args.push_back("--token-file=" + dir + "/token");
   args.push_back("--blacklist-after=2");
   Process driver(args, dir + "/driver.log");
-  const std::smatch listen =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
-  const std::string port = listen[1];
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << driver.Output();
   ASSERT_TRUE(WaitForStep(driver, 1, 2)) << driver.Output();
   Process joiner({kBinary, "--join=127.0.0.1:" + std::string(port), "--workers=2",
                   "--token-file=" + dir + "/token"},
@@ -401,10 +403,8 @@ TEST(ElasticTest, ChaosThenInvariants) {
   std::vector<std::string> args = JobArgs(dir, 4, 4);
   args.push_back("--token-file=" + dir + "/token");
   Process driver(args, dir + "/driver.log");
-  const std::smatch listen =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
-  const std::string port = listen[1];
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << driver.Output();
   ASSERT_TRUE(WaitForStep(driver, 1, 2)) << driver.Output();
 
   std::mt19937 random(20261122);
