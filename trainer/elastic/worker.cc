@@ -186,6 +186,7 @@ class Worker {
   bool stopped_early_ = false;
   // Sums of the steps since the last commit point (this rank only).
   double pending_loss_ = 0, pending_correct_ = 0, pending_seen_ = 0;
+  double pending_step_samples_ = 0;  // all ranks' samples in the steps since the last commit
   double pending_seconds_ = 0;
   std::FILE* sample_log_ = nullptr;
 
@@ -243,13 +244,19 @@ void Worker::PutProgress() {
   const TrainingProgress& p = learner_->progress();
   const ProgressShape& shape = progress_shape_;
   const int64_t per_step = shape.step_samples;
-  const double seen = commit_.seen > 0 ? commit_.seen : 1;
+  // Only commits sum every rank's loss and accuracy; since the last one, rank
+  // 0's own steps stand for all ranks' so that the live line moves with every
+  // step. The image count is exact: all ranks step in lock step.
+  const double images = commit_.seen + pending_step_samples_;
+  const double seen = images > 0 ? images : 1;
+  const double scale = pending_seen_ > 0 ? pending_step_samples_ / pending_seen_ : 0;
   char line[256];
   std::snprintf(line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
                 static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
                 static_cast<long long>(p.step), static_cast<long long>(shape.steps_in_epoch),
-                static_cast<long long>((p.position + per_step - 1) / per_step), commit_.seen,
-                commit_.loss_sum / seen, commit_.correct / seen, shape.lr, shape.world);
+                static_cast<long long>((p.position + per_step - 1) / per_step), images,
+                (commit_.loss_sum + scale * pending_loss_) / seen,
+                (commit_.correct + scale * pending_correct_) / seen, shape.lr, shape.world);
   head_.Put(JobKey::kProgress, line);
 }
 
@@ -372,7 +379,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.seen += control[2];
   // Seconds are summed over ranks that ran in lock step: their mean is the wall time.
   commit_.train_seconds += control[3] / comm.size();
-  pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
+  pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = pending_step_samples_ = 0;
   commit_.learner = learner_->CaptureState();
   stats_publisher_.PublishIfDue(head_);
   const bool stop = control[4] > 0;
@@ -500,6 +507,7 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         p.position = sampler_->NextPosition(p.position, step_samples);
         ++p.step;
         ++steps_since_commit;
+        pending_step_samples_ += static_cast<double>(step_total);
         if (!indices.empty()) {
           pending_loss_ += stats.loss_sum;
           pending_correct_ += static_cast<double>(stats.correct);
@@ -643,7 +651,8 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
       if (rank == 0) WriteCheckpoint(commit_.learner);
       outcome = Outcome::kStopped;
     } else {
-      pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = 0;
+      pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = pending_step_samples_ =
+          0;
       outcome = Train(*comm, view, rank);
     }
   } catch (const CollectiveError& e) {
