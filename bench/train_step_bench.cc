@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "models/registry.h"
+#include "trainer/allocator.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
@@ -122,6 +123,7 @@ double MeasurePyTorch(const std::string& model, const BenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  elastic::trainer::KeepFreedMemoryForReuse();  // as in the trainer
   BenchOptions o;
   FlagSet flags("train_step_bench",
                 "Training images/s of the C++ step vs PyTorch from Python (same models, batch, "

@@ -11,6 +11,7 @@
 
 #include "collectives/mpi_communicator.h"
 #include "models/registry.h"
+#include "trainer/allocator.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
@@ -96,6 +97,7 @@ int RunMpiRank(TrainOptions options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  elastic::trainer::KeepFreedMemoryForReuse();
   TrainOptions options;
   elastic::trainer::ElasticOptions elastic_options;
   FlagSet flags("cifar", kSummary);
