@@ -288,6 +288,20 @@ std::string RequireEnvironment(const char* name) {
   return value;
 }
 
+// A positive number of milliseconds from `name`, or `fallback` when unset.
+std::chrono::milliseconds MillisecondsFromEnvironment(const char* name,
+                                                      std::chrono::milliseconds fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  if (end == value || *end != '\0' || parsed <= 0) {
+    throw std::runtime_error(std::string("environment variable ") + name + "='" + value +
+                             "' is not a positive number of milliseconds");
+  }
+  return std::chrono::milliseconds(parsed);
+}
+
 }  // namespace
 
 WorkerEnvironment WorkerEnvironment::FromEnvironment() {
@@ -303,6 +317,15 @@ WorkerEnvironment WorkerEnvironment::FromEnvironment() {
   environment.node_id = std::stoull(RequireEnvironment("ELASTIC_NODE_ID"));
   environment.worker_index =
       static_cast<uint32_t>(std::stoul(RequireEnvironment("ELASTIC_WORKER_INDEX")));
+  TransportOptions& transport = environment.transport;
+  transport.heartbeat_interval =
+      MillisecondsFromEnvironment("ELASTIC_HEARTBEAT_MS", transport.heartbeat_interval);
+  transport.heartbeat_timeout =
+      MillisecondsFromEnvironment("ELASTIC_HEARTBEAT_TIMEOUT_MS", transport.heartbeat_timeout);
+  if (transport.heartbeat_timeout <= transport.heartbeat_interval) {
+    throw std::runtime_error(
+        "ELASTIC_HEARTBEAT_TIMEOUT_MS must be larger than ELASTIC_HEARTBEAT_MS");
+  }
   return environment;
 }
 
@@ -312,6 +335,7 @@ HeadClientOptions WorkerEnvironment::ClientOptions(const std::string& name) cons
   options.port = head_port;
   options.token = token;
   options.name = name;
+  options.transport = transport;
   return options;
 }
 

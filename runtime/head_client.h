@@ -124,13 +124,17 @@ class HeadClient : public KeyValueStore {
 };
 
 // Where a process started by a node agent finds its head (the environment the
-// agent sets). Throws std::runtime_error naming the missing variable.
+// agent sets). Throws std::runtime_error naming the missing or malformed
+// variable.
 struct WorkerEnvironment {
   std::string head_host;
   uint16_t head_port = 0;
   std::string token;
   uint64_t node_id = 0;
   uint32_t worker_index = 0;
+  // The agent's heartbeat interval and timeout (ELASTIC_HEARTBEAT_MS,
+  // ELASTIC_HEARTBEAT_TIMEOUT_MS), so that its workers judge silence as it does.
+  TransportOptions transport;
 
   static WorkerEnvironment FromEnvironment();
   HeadClientOptions ClientOptions(const std::string& name) const;

@@ -85,6 +85,9 @@ pid_t NodeAgent::ForkWorker(uint32_t index) {
   extra[kTokenEnvironmentVariable] = options_.token;
   extra["ELASTIC_NODE_ID"] = std::to_string(node_id_);
   extra["ELASTIC_WORKER_INDEX"] = std::to_string(index);
+  extra["ELASTIC_HEARTBEAT_MS"] = std::to_string(options_.transport.heartbeat_interval.count());
+  extra["ELASTIC_HEARTBEAT_TIMEOUT_MS"] =
+      std::to_string(options_.transport.heartbeat_timeout.count());
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;

@@ -8,6 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "runtime/auth.h"
@@ -26,12 +31,17 @@ using testing::WaitUntil;
 
 constexpr seconds kPatience{60};
 
-// --role=worker [EXIT_CODE]: what a node agent starts. Joins the head as a
+// --role=worker [EXIT_CODE]: what a node agent starts. Puts the heartbeat
+// timeout it was given under heartbeat-timeout/<index>, joins the head as a
 // member, then runs until its head connection is lost (or exits with
 // EXIT_CODE at once when given).
 int WorkerMain(const std::vector<std::string>& args) {
   const WorkerEnvironment environment = WorkerEnvironment::FromEnvironment();
-  HeadClient head(environment.ClientOptions("worker-" + std::to_string(environment.worker_index)));
+  const HeadClientOptions client =
+      environment.ClientOptions("worker-" + std::to_string(environment.worker_index));
+  HeadClient head(client);
+  head.Put("heartbeat-timeout/" + std::to_string(environment.worker_index),
+           std::to_string(client.transport.heartbeat_timeout.count()));
   head.RegisterMember("worker-" + std::to_string(environment.worker_index), environment.node_id,
                       Endpoint{"127.0.0.1", 0});
   if (!args.empty()) return std::stoi(args[0]);
@@ -48,6 +58,8 @@ int AgentMain(const std::vector<std::string>& args) {
   options.name = "agent-under-test";
   options.worker_args.assign(args.begin() + 2, args.end());
   options.grace = seconds(20);
+  if (const char* timeout = std::getenv("TEST_AGENT_HEARTBEAT_TIMEOUT_MS"))
+    options.transport.heartbeat_timeout = milliseconds(std::stoll(timeout));
   NodeAgent agent(options);
   agent.SpawnWorkers(static_cast<uint32_t>(std::stoi(args.at(1))));
   return agent.RunUntilSignalled();
@@ -95,10 +107,12 @@ class NodeAgentTest : public ::testing::Test {
     observer_->Subscribe(log_.Callback());
   }
 
-  Subprocess StartAgent(int workers, const std::vector<std::string>& worker_args = {}) {
+  Subprocess StartAgent(int workers, const std::vector<std::string>& worker_args = {},
+                        std::map<std::string, std::string> environment = {}) {
     std::vector<std::string> args = {std::to_string(head_.port()), std::to_string(workers)};
     args.insert(args.end(), worker_args.begin(), worker_args.end());
-    return Subprocess::SpawnRole("agent", args, {{kTokenEnvironmentVariable, head_.token()}});
+    environment[kTokenEnvironmentVariable] = head_.token();
+    return Subprocess::SpawnRole("agent", args, environment);
   }
 
   // Waits until count members are live and returns them.
@@ -167,6 +181,63 @@ TEST_F(NodeAgentTest, WorkerExitIsReportedWithItsStatus) {
   EXPECT_NE(exited.detail.find("exited with code 3"), std::string::npos) << exited.detail;
   EXPECT_NE(exited.member_id, 0u);              // the head knows which member that process was
   EXPECT_EQ(agent.WaitExitCode(kPatience), 1);  // a worker failed
+}
+
+// Both ends of a connection judge silence by their own timeout: the workers
+// of an agent configured for a lossy network must not drop their head sooner.
+TEST_F(NodeAgentTest, WorkersTakeTheAgentsHeartbeatTimeout) {
+  Subprocess agent = StartAgent(2, {}, {{"TEST_AGENT_HEARTBEAT_TIMEOUT_MS", "4321"}});
+  for (const char* key : {"heartbeat-timeout/0", "heartbeat-timeout/1"}) {
+    EXPECT_EQ(observer_->Wait(key, kPatience), "4321") << key;
+  }
+  agent.Signal(SIGTERM);
+  EXPECT_EQ(agent.WaitExitCode(kPatience), 0);
+}
+
+// Restores one environment variable when it goes out of scope.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnvironment() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST(WorkerEnvironmentTest, HeartbeatSettingsAreOptionalAndChecked) {
+  ScopedEnvironment head("ELASTIC_HEAD_ADDRESS", "127.0.0.1:6380");
+  ScopedEnvironment token(kTokenEnvironmentVariable, "t");
+  ScopedEnvironment node("ELASTIC_NODE_ID", "7");
+  ScopedEnvironment index("ELASTIC_WORKER_INDEX", "1");
+  EXPECT_EQ(WorkerEnvironment::FromEnvironment().transport.heartbeat_timeout,
+            TransportOptions().heartbeat_timeout);
+  {
+    ScopedEnvironment timeout("ELASTIC_HEARTBEAT_TIMEOUT_MS", "2500");
+    const HeadClientOptions client = WorkerEnvironment::FromEnvironment().ClientOptions("w");
+    EXPECT_EQ(client.transport.heartbeat_timeout, milliseconds(2500));
+  }
+  for (const char* bad : {"abc", "-5", "0", "12ms"}) {
+    ScopedEnvironment timeout("ELASTIC_HEARTBEAT_TIMEOUT_MS", bad);
+    try {
+      WorkerEnvironment::FromEnvironment();
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("ELASTIC_HEARTBEAT_TIMEOUT_MS"), std::string::npos)
+          << e.what();
+    }
+  }
+  ScopedEnvironment interval("ELASTIC_HEARTBEAT_MS", "1000");  // not below the 1 s default
+  EXPECT_THROW(WorkerEnvironment::FromEnvironment(), std::runtime_error);
 }
 
 }  // namespace

@@ -240,6 +240,43 @@ TEST(ElasticTest, GlobalBatchWithAmpSurvivesAKill) {
   CheckSamples(dir, 2);
 }
 
+// SIGSTOPs rank 1 of a 2-worker job for 3 s mid-epoch under
+// --heartbeat-timeout=`timeout` and returns the driver's output.
+std::string HangRankOneForThreeSeconds(const std::string& name, const std::string& timeout) {
+  const std::string dir = FreshTempDir(name);
+  std::vector<std::string> args = JobArgs(dir, 2, 2);
+  args.push_back("--heartbeat-timeout=" + timeout);
+  Process driver(args, dir + "/driver.log");
+  const pid_t victim = WorkerPid(driver, 1, 1);
+  EXPECT_GT(victim, 0) << driver.Output();
+  EXPECT_TRUE(WaitForStep(driver, 1, 5)) << driver.Output();
+  if (victim > 0) {
+    ::kill(victim, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ::kill(victim, SIGCONT);
+  }
+  EXPECT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  ExpectOneChecksumPerGeneration(driver.Output());
+  CheckSamples(dir, 2);
+  return driver.Output();
+}
+
+// A pause shorter than --heartbeat-timeout (a lossy link, a stalled machine)
+// is not a failure: nothing is rolled back and the world stays 2.
+TEST(ElasticTest, PauseWithinTheHeartbeatTimeoutIsNotAFailure) {
+  const std::string output = HangRankOneForThreeSeconds("pause", "30");
+  EXPECT_EQ(output.find("restoring the last commit"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+}
+
+// A worker silent for longer is declared failed by the head; the survivor
+// restores the last commit and finishes alone.
+TEST(ElasticTest, WorkerSilentPastTheHeartbeatTimeoutIsAFailure) {
+  const std::string output = HangRankOneForThreeSeconds("hang", "0.5");
+  EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 world 1"), std::string::npos) << output;
+}
+
 // The job stops (SIGTERM to the driver) one epoch after the joiners took
 // effect, however long they took to load the data set and register.
 TEST(ElasticTest, ScaleUpTwoToFourByJoin) {

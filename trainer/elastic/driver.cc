@@ -28,6 +28,7 @@
 #include "runtime/head.h"
 #include "runtime/head_client.h"
 #include "runtime/node_agent.h"
+#include "runtime/options.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/job_metrics.h"
@@ -492,6 +493,14 @@ std::string LocalHostFor(const std::string& listen) {
   return listen == "0.0.0.0" || listen == "::" ? "127.0.0.1" : listen;
 }
 
+// The runtime connections of this job's processes: --heartbeat-timeout.
+runtime::TransportOptions TransportFor(const ElasticOptions& elastic) {
+  runtime::TransportOptions transport;
+  transport.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(elastic.heartbeat_timeout * 1000));
+  return transport;
+}
+
 }  // namespace
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
@@ -507,6 +516,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   head_options.listen_host = elastic.listen;
   head_options.port = static_cast<uint16_t>(elastic.port);
   head_options.admit_joins = false;
+  head_options.transport = TransportFor(elastic);
   if (!elastic.token_file.empty()) {
     struct stat info;
     if (::stat(elastic.token_file.c_str(), &info) != 0) {
@@ -526,6 +536,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   client_options.port = head.port();
   client_options.token = head.token();
   client_options.name = "driver";
+  client_options.transport = TransportFor(elastic);
   runtime::HeadClient kv(client_options);
   kv.Put(JobKey::kArgs, JoinJobArgs(args));
 
@@ -537,6 +548,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   agent_options.head_port = head.port();
   agent_options.token = head.token();
   agent_options.name = "driver-node";
+  agent_options.transport = TransportFor(elastic);  // passed on to its workers
   agent_options.grace =
       std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
   runtime::NodeAgent agent(agent_options);
@@ -574,6 +586,7 @@ int RunJoin(const ElasticOptions& elastic) {
   char hostname[256] = "node";
   ::gethostname(hostname, sizeof(hostname) - 1);
   options.name = std::string("join@") + hostname;
+  options.transport = TransportFor(elastic);  // passed on to its workers
   options.grace =
       std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
   runtime::NodeAgent agent(options);

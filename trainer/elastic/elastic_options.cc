@@ -30,6 +30,12 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "elastic: seconds to wait below --min-workers before stopping with a checkpoint; "
               "also how long a worker whose communicator could not be built waits for a new "
               "membership view before it gives up");
+  f.AddDouble("heartbeat-timeout", &o.heartbeat_timeout,
+              "elastic: seconds without a heartbeat (sent every 0.1 s) after which the head "
+              "declares a worker or node failed, and a worker or node its head lost. A killed "
+              "process is noticed at once by its closed connection; this only catches hung "
+              "processes and dead links. Raise it on lossy networks; give every machine of a "
+              "job the same value");
   f.AddInt("global-batch", &o.global_batch,
            "elastic: every optimizer step takes this many samples whatever the world size, split "
            "evenly over the workers, each training its share in micro-batches of at most "
@@ -92,6 +98,9 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
   if (o.commit_every < 1) throw FlagError("--commit-every must be >= 1");
   if (o.drain_timeout < 0) throw FlagError("--drain-timeout must be >= 0");
   if (o.rendezvous_timeout <= 0) throw FlagError("--rendezvous-timeout must be > 0");
+  // Two heartbeat intervals at least, or one late heartbeat fails a healthy peer.
+  if (!(o.heartbeat_timeout >= 0.2) || o.heartbeat_timeout > 3600)
+    throw FlagError("--heartbeat-timeout must be in [0.2, 3600] seconds");
   if (o.global_batch < 0) throw FlagError("--global-batch must be >= 0");
   // A worker without a sample of the step would only add communication.
   if (o.global_batch > 0 && o.join.empty() && o.workers > o.global_batch)

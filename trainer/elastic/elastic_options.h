@@ -25,6 +25,7 @@ struct ElasticOptions {
   int64_t commit_every = 20;
   double drain_timeout = 30;       // seconds
   double rendezvous_timeout = 60;  // seconds
+  double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
   int64_t global_batch = 0;        // 0: per-worker --batch-size and lr x world size
   std::string log_samples;         // directory; "" = off
   int64_t blacklist_after = 3;     // worker failures of one node before it is excluded

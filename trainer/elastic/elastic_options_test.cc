@@ -45,6 +45,11 @@ TEST(ElasticOptionsTest, ImpossibleCombinationsNameTheFlag) {
   bounds = o;
   bounds.rendezvous_timeout = 0;
   ExpectFlagError(bounds, "--rendezvous-timeout");
+  bounds = o;
+  bounds.heartbeat_timeout = 0.1;  // one heartbeat interval: one late beat would fail a peer
+  ExpectFlagError(bounds, "--heartbeat-timeout");
+  bounds.heartbeat_timeout = 0.2;
+  ValidateElasticOptions(bounds, TrainOptions());
 }
 
 TEST(ElasticOptionsTest, GlobalBatchNeedsASampleForEveryWorker) {
