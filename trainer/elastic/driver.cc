@@ -74,6 +74,12 @@ void InstallStopSignalHandlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
+std::vector<uint64_t> MemberIds(const runtime::MembershipView& view) {
+  std::vector<uint64_t> ids;
+  for (const MemberInfo& member : view.members) ids.push_back(member.id);
+  return ids;
+}
+
 std::string Ids(const std::vector<uint64_t>& ids) {
   std::string out;
   for (uint64_t id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
@@ -353,8 +359,7 @@ int Controller::Run() {
       last_request_.clear();
       current_reason_ = generation_reason_.empty() ? "a worker failed or left" : generation_reason_;
       generation_reason_.clear();
-      std::vector<uint64_t> ids;
-      for (const MemberInfo& member : m.view.members) ids.push_back(member.id);
+      const std::vector<uint64_t> ids = MemberIds(m.view);
       Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
           " workers [" + Ids(ids) + "]");
       metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
@@ -447,11 +452,7 @@ int Controller::Run() {
     below_minimum_since_.reset();
 
     if (kv_.Get(JobKey::Stopped(generation_))) {
-      if (stops > 0) {
-        std::vector<uint64_t> members;
-        for (const MemberInfo& member : m.view.members) members.push_back(member.id);
-        return StopWithCheckpoint(members, stopped_by_);
-      }
+      if (stops > 0) return StopWithCheckpoint(MemberIds(m.view), stopped_by_);
       // Rank 0 stopped where we asked: apply joins and leaves.
       std::string reason;
       if (!joining.empty()) reason += std::to_string(joining.size()) + " joined";

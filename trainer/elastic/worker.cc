@@ -184,10 +184,12 @@ class Worker {
   std::unique_ptr<Learner> learner_;
   Commit commit_;
   bool stopped_early_ = false;
-  // Sums of the steps since the last commit point (this rank only).
-  double pending_loss_ = 0, pending_correct_ = 0, pending_seen_ = 0;
-  double pending_step_samples_ = 0;  // all ranks' samples in the steps since the last commit
-  double pending_seconds_ = 0;
+  // Sums of the steps since the last commit point.
+  struct Pending {
+    double loss = 0, correct = 0, seen = 0, seconds = 0;  // this rank's
+    double step_samples = 0;                              // all ranks' samples
+  };
+  Pending pending_;
   std::FILE* sample_log_ = nullptr;
 
   std::mutex mutex_;
@@ -247,16 +249,16 @@ void Worker::PutProgress() {
   // Only commits sum every rank's loss and accuracy; since the last one, rank
   // 0's own steps stand for all ranks' so that the live line moves with every
   // step. The image count is exact: all ranks step in lock step.
-  const double images = commit_.seen + pending_step_samples_;
+  const double images = commit_.seen + pending_.step_samples;
   const double seen = images > 0 ? images : 1;
-  const double scale = pending_seen_ > 0 ? pending_step_samples_ / pending_seen_ : 0;
+  const double scale = pending_.seen > 0 ? pending_.step_samples / pending_.seen : 0;
   char line[256];
   std::snprintf(line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
                 static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
                 static_cast<long long>(p.step), static_cast<long long>(shape.steps_in_epoch),
                 static_cast<long long>((p.position + per_step - 1) / per_step), images,
-                (commit_.loss_sum + scale * pending_loss_) / seen,
-                (commit_.correct + scale * pending_correct_) / seen, shape.lr, shape.world);
+                (commit_.loss_sum + scale * pending_.loss) / seen,
+                (commit_.correct + scale * pending_.correct) / seen, shape.lr, shape.world);
   head_.Put(JobKey::kProgress, line);
 }
 
@@ -368,7 +370,7 @@ void Worker::Sync(Communicator& comm, int rank) {
 }
 
 bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
-  double control[5] = {pending_loss_, pending_correct_, pending_seen_, pending_seconds_, 0};
+  double control[5] = {pending_.loss, pending_.correct, pending_.seen, pending_.seconds, 0};
   if (rank == 0) {
     const std::optional<std::string> request = head_.Get(JobKey::Request(generation_));
     if (request && (*request == "now" || (*request == "epoch" && epoch_boundary))) control[4] = 1;
@@ -379,7 +381,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.seen += control[2];
   // Seconds are summed over ranks that ran in lock step: their mean is the wall time.
   commit_.train_seconds += control[3] / comm.size();
-  pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = pending_step_samples_ = 0;
+  pending_ = Pending();
   commit_.learner = learner_->CaptureState();
   stats_publisher_.PublishIfDue(head_);
   const bool stop = control[4] > 0;
@@ -507,14 +509,14 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         p.position = sampler_->NextPosition(p.position, step_samples);
         ++p.step;
         ++steps_since_commit;
-        pending_step_samples_ += static_cast<double>(step_total);
+        pending_.step_samples += static_cast<double>(step_total);
         if (!indices.empty()) {
-          pending_loss_ += stats.loss_sum;
-          pending_correct_ += static_cast<double>(stats.correct);
-          pending_seen_ += static_cast<double>(stats.count);
+          pending_.loss += stats.loss_sum;
+          pending_.correct += static_cast<double>(stats.correct);
+          pending_.seen += static_cast<double>(stats.count);
         }
         const double step_seconds = SecondsSince(started);
-        pending_seconds_ += step_seconds;
+        pending_.seconds += step_seconds;
         stats_.ObserveStep(generation_, rank, step_seconds);
         if (rank == 0) {
           if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
@@ -651,8 +653,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
       if (rank == 0) WriteCheckpoint(commit_.learner);
       outcome = Outcome::kStopped;
     } else {
-      pending_loss_ = pending_correct_ = pending_seen_ = pending_seconds_ = pending_step_samples_ =
-          0;
+      pending_ = Pending();
       outcome = Train(*comm, view, rank);
     }
   } catch (const CollectiveError& e) {
