@@ -14,16 +14,10 @@
 #include <vector>
 
 #include "trainer/elastic/elastic_options.h"
+#include "trainer/elastic/job_controller.h"  // kExitOk, kExitError, kExitStopped
 #include "trainer/train_options.h"
 
 namespace elastic::trainer {
-
-// Exit codes of the elastic processes.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;
-// Stopped before --epochs with a checkpoint of the last commit: below
-// --min-workers after --rendezvous-timeout, or SIGINT/SIGTERM to the driver.
-inline constexpr int kExitStopped = 3;
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args);

@@ -1,0 +1,178 @@
+# The control plane of an elastic job: every message between the job
+# controller (an actor in the driver) and the trainer actors (one per worker
+# process), and the controller's journal. Each message is the payload of an
+# actor call (runtime/actor.h) whose method names the struct; docs/elastic.md
+# lists who sends which.
+@0xd4a1b7c9e6f20381;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("elastic::trainer::proto");
+
+# Where the job is: a commit is taken at (epoch, position) after `step`
+# optimizer steps. Commits of one job are ordered by (step, epoch, position).
+struct StatePoint {
+  epoch @0 :Int64;
+  position @1 :Int64;
+  step @2 :Int64;
+}
+
+# Worker -> controller (ask "spec"): the job's flags, the same for every
+# worker wherever it was started.
+struct JobSpec {
+  args @0 :List(Text);
+}
+
+# Worker -> controller (tell "hello"): this member's trainer actor and the
+# commit it holds in memory (a worker that lost its controller and came back).
+struct Hello {
+  memberId @0 :UInt64;
+  holdsCommit @1 :Bool;
+  commit @2 :StatePoint;
+  generation @3 :UInt64;  # the generation the commit was taken in
+}
+
+struct StateSource {
+  enum Kind {
+    fresh @0;           # a freshly seeded model: only at the very start of a job
+    resume @1;          # rank 0 reads --checkpoint-dir (--resume, start of a job)
+    member @2;          # rank `rank` holds the commit in memory and broadcasts it
+    controllerCopy @3;  # `state` below: the controller's copy, sent to rank 0
+    checkpoint @4;      # rank 0 reads --checkpoint-dir (every holder was lost)
+  }
+  kind @0 :Kind;
+  rank @1 :Int32;       # the rank that broadcasts (0 unless kind is member)
+  point @2 :StatePoint; # what the source holds
+  state @3 :Data;       # controllerCopy, rank 0's message only
+}
+
+# Controller -> every member of a view (tell "generation").
+struct Generation {
+  generation @0 :UInt64;
+  memberIds @1 :List(UInt64);   # ranks are positions in this list
+  source @2 :StateSource;
+  stop @3 :Text;                # non-empty: sync, rank 0 checkpoints, all exit
+  reason @4 :Text;              # why this generation (for logs)
+}
+
+# Controller -> rank 0 (tell "request"): stop at a commit point so that
+# joins and leaves can be applied.
+struct StopRequest {
+  generation @0 :UInt64;
+  atNextCommit @1 :Bool;  # false: at the next epoch boundary
+}
+
+# Controller -> a member that is not (or no longer) in a view (tell "over").
+struct JobOver {
+  reason @0 :Text;
+}
+
+# Rank 0 -> controller (tell "progress"), after every step.
+struct Progress {
+  generation @0 :UInt64;
+  epoch @1 :Int64;        # 0-based
+  step @2 :Int64;         # optimizer steps in all
+  stepsInEpoch @3 :Int64;
+  stepInEpoch @4 :Int64;
+  seen @5 :Float64;       # samples of this epoch trained on so far
+  loss @6 :Float64;
+  accuracy @7 :Float64;   # in [0, 1]
+  lr @8 :Float64;
+  world @9 :Int32;
+}
+
+# Rank 0 -> controller (tell "epoch"), after each epoch's evaluation.
+struct EpochSummary {
+  epoch @0 :Int64;        # 1-based, as printed
+  epochs @1 :Int64;
+  world @2 :Int32;
+  trainLoss @3 :Float64;
+  trainAccuracy @4 :Float64;
+  testLoss @5 :Float64;
+  testAccuracy @6 :Float64;
+  imagesPerSecond @7 :Float64;
+  seconds @8 :Float64;
+}
+
+# Rank 0 -> controller (tell "commit"), at every commit point.
+struct CommitReport {
+  generation @0 :UInt64;
+  point @1 :StatePoint;
+  state @2 :Data;           # the full state, every --state-copy-every commits; else empty
+  stoppedOnRequest @3 :Bool; # the generation stopped here as the controller asked
+}
+
+# Rank 0 -> controller (tell "synced"): the generation restored its state and
+# agrees on it.
+struct Synced {
+  generation @0 :UInt64;
+  point @1 :StatePoint;
+  checksum @2 :UInt64;
+}
+
+# Rank 0 -> controller (tell "first-step"): wall-clock time of the
+# generation's first step, for the rescale time.
+struct FirstStep {
+  generation @0 :UInt64;
+  wallSeconds @1 :Float64;
+}
+
+# Rank 0 -> controller (tell "checkpoint"): a checkpoint file now holds `point`.
+struct CheckpointWritten {
+  point @0 :StatePoint;
+  path @1 :Text;
+}
+
+# Any member -> controller (tell "fault"): a collective failed or timed out,
+# or the state source could not be read; the controller re-forms the generation.
+struct Fault {
+  generation @0 :UInt64;
+  memberId @1 :UInt64;
+  reason @2 :Text;
+  stateUnavailable @3 :Bool;  # rank 0 could not load the source it was given
+}
+
+# A member -> controller (tell "draining"): it got SIGTERM.
+struct Draining {
+  memberId @0 :UInt64;
+}
+
+# Rank 0 -> controller (ask "done"): the job trained every epoch.
+struct Done {
+  epochs @0 :Int64;
+  steps @1 :Int64;
+  testAccuracy @2 :Float64;
+  earlyStop @3 :Bool;
+}
+
+# A member -> controller (tell "stats"): its cumulative allreduce and step
+# time record (worker_stats.h).
+struct WorkerStats {
+  memberId @0 :UInt64;
+  generation @1 :UInt64;
+  rank @2 :Int64;
+  stepSeconds @3 :Float64;
+  allreduceBuckets @4 :List(UInt64);
+  allreduceSeconds @5 :Float64;
+  allreduceBytes @6 :UInt64;
+}
+
+# The controller's journal in --state-dir: what a restarted controller needs
+# to take the job over. Rewritten whole (temp file, fsync, rename).
+struct Journal {
+  args @0 :List(Text);
+  generation @1 :UInt64;     # the last generation published
+  nextMemberId @2 :UInt64;
+  nextNodeId @3 :UInt64;
+  started @4 :Bool;          # the first sync happened
+  newest @5 :StatePoint;     # the newest commit known to exist
+  newestGeneration @6 :UInt64;  # taken in this generation
+  worldOfNewest @7 :UInt32;     # how many members held it
+  checkpoint @8 :StatePoint;
+  hasCheckpoint @9 :Bool;
+  nextEpochSummary @10 :Int64;
+  blacklist @11 :List(BlacklistEntry);
+  struct BlacklistEntry {
+    nodeName @0 :Text;
+    untilWallSeconds @1 :Float64;
+  }
+}

@@ -1,0 +1,494 @@
+#include "trainer/elastic/job_controller.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace elastic::trainer {
+namespace {
+
+bool Contains(const std::vector<uint64_t>& ids, uint64_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+std::string Seconds(int64_t ms) { return std::to_string(ms / 1000) + " s"; }
+
+}  // namespace
+
+bool operator<(const StatePoint& a, const StatePoint& b) {
+  return std::tie(a.step, a.epoch, a.position) < std::tie(b.step, b.epoch, b.position);
+}
+
+bool operator==(const StatePoint& a, const StatePoint& b) {
+  return a.step == b.step && a.epoch == b.epoch && a.position == b.position;
+}
+
+std::string ToString(const StatePoint& point) {
+  return "epoch " + std::to_string(point.epoch + 1) + " position " +
+         std::to_string(point.position) + " step " + std::to_string(point.step);
+}
+
+const char* ToString(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::kFresh:
+      return "a freshly seeded model";
+    case SourceKind::kResume:
+      return "the checkpoint of --resume";
+    case SourceKind::kMember:
+      return "the commit its members hold";
+    case SourceKind::kControllerCopy:
+      return "the controller's copy";
+    case SourceKind::kCheckpoint:
+      return "the newest checkpoint";
+  }
+  return "?";
+}
+
+JobController::JobController(ControllerConfig config, int64_t now_ms)
+    : config_(std::move(config)), now_(now_ms), phase_since_(now_ms) {}
+
+JobController::JobController(ControllerConfig config, const RecoveredJob& recovered, int64_t now_ms)
+    : config_(std::move(config)),
+      now_(now_ms),
+      phase_since_(now_ms),
+      phase_(Phase::kRecovering),
+      generation_(recovered.generation),
+      started_(true),
+      newest_(recovered.newest),
+      checkpoint_(recovered.checkpoint),
+      recovered_world_(recovered.world_of_newest) {
+  recovery_wait_ms_ = recovered.wait_ms;
+}
+
+std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
+  now_ = now_ms;
+  out_.clear();
+  std::visit(
+      [this](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, event::Tick>) OnTick();
+        if constexpr (std::is_same_v<T, event::Registered>) OnRegistered(e);
+        if constexpr (std::is_same_v<T, event::Gone>) OnGone(e);
+        if constexpr (std::is_same_v<T, event::Exited>) ++exited_;
+        if constexpr (std::is_same_v<T, event::ViewChanged>) OnViewChanged(e);
+        if constexpr (std::is_same_v<T, event::Draining>) OnDraining(e);
+        if constexpr (std::is_same_v<T, event::Commit>) OnCommit(e);
+        if constexpr (std::is_same_v<T, event::Synced>) OnSynced(e);
+        if constexpr (std::is_same_v<T, event::CheckpointWritten>) OnCheckpointWritten(e);
+        if constexpr (std::is_same_v<T, event::Fault>) OnFault(e);
+        if constexpr (std::is_same_v<T, event::Done>) OnDone();
+        if constexpr (std::is_same_v<T, event::StopSignal>) OnStopSignal(e);
+      },
+      event);
+  // Whatever changed, the decisions that depend on the whole state are taken now.
+  if (!finished_) OnTick();
+  return std::move(out_);
+}
+
+void JobController::OnTick() {
+  if (finished_ || publishing_) return;
+  switch (phase_) {
+    case Phase::kStarting:
+      return Start();
+    case Phase::kRecovering:
+      return Recover();
+    case Phase::kRunning:
+      return Run();
+  }
+}
+
+void JobController::OnRegistered(const event::Registered& e) {
+  if (finished_) {
+    out_.push_back(action::TellOver{e.member, over_reason_});
+    return;
+  }
+  Member& member = members_[e.member];
+  member.node = e.node;
+  nodes_[e.member] = e.node;
+  member.holds = e.holds;
+}
+
+void JobController::OnGone(const event::Gone& e) {
+  members_.erase(e.member);
+  holders_.erase(e.member);
+  if (!e.failed || e.member == 0) return;
+  const auto it = nodes_.find(e.member);
+  if (it == nodes_.end() || it->second == 0) return;
+  const uint64_t node = it->second;
+  const int64_t failures = ++failures_by_node_[node];
+  if (failures < config_.blacklist_after) return;
+  // A node whose workers keep dying (bad GPU, full disk, flaky network) would
+  // cost a rollback each time: stop admitting it for a while.
+  failures_by_node_[node] = 0;
+  blacklisted_until_[node] = now_ + config_.blacklist_ms;
+  Say("driver: node " + std::to_string(node) + " blacklisted for " + Seconds(config_.blacklist_ms) +
+      " after " + std::to_string(failures) + " worker failures; its workers are not admitted");
+}
+
+void JobController::OnViewChanged(const event::ViewChanged& e) {
+  publishing_ = false;
+  if (e.generation <= generation_) return;
+  generation_ = e.generation;
+  view_ = e.members;
+  requested_.reset();
+  const std::string reason = next_reason_.empty() ? "a worker failed or left" : next_reason_;
+  next_reason_.clear();
+  out_.push_back(action::Journal{});
+  if (view_.empty()) {
+    if (!stopping_.empty()) return Finish(kExitStopped);
+    if (!started_) return;
+    if (!NewestAvailable()) return StateLost("every worker was lost");
+    const StateSource source = SourceFor({});
+    Say("driver: every worker is gone; the job waits up to --rendezvous-timeout for a worker to "
+        "join and continues from " +
+        std::string(ToString(source.kind)) + " (" + ToString(source.point) + ")");
+    return;
+  }
+  if (static_cast<int64_t>(view_.size()) < config_.min_workers && stopping_.empty()) return;
+  const StateSource source = SourceFor(view_);
+  if (started_ && source.kind == SourceKind::kFresh)
+    return StateLost("every holder of the state was lost");
+  if (started_ && newest_ && source.point < *newest_) {
+    Say("driver: warning: generation " + std::to_string(generation_) + " restores " +
+        ToString(source.point) + " from " + ToString(source.kind) + "; the newer commit (" +
+        ToString(*newest_) +
+        ") was held only by workers that are gone: the steps in between "
+        "are trained again");
+  }
+  out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason});
+  if (!stopping_.empty()) Finish(kExitStopped);
+}
+
+void JobController::OnDraining(const event::Draining& e) {
+  auto it = members_.find(e.member);
+  if (it == members_.end() || it->second.draining) return;
+  it->second.draining = true;
+  it->second.draining_since_ms = now_;
+  Say("driver: worker " + std::to_string(e.member) +
+      " is leaving (preemption notice); it leaves at the next epoch boundary");
+}
+
+void JobController::OnCommit(const event::Commit& e) {
+  if (e.generation != generation_) return;  // a generation that is over: its source is chosen
+  if (!newest_ || *newest_ < e.point || *newest_ == e.point) {
+    newest_ = e.point;
+    holders_.clear();
+  }
+  for (uint64_t id : view_) {
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;
+    it->second.holds = e.point;
+    if (*newest_ == e.point) holders_.insert(id);
+  }
+  if (e.copy) copy_ = e.point;
+  faulting_since_.reset();
+  out_.push_back(action::Journal{});
+  if (e.stopped_on_request) StoppedOnRequest();
+}
+
+void JobController::StoppedOnRequest() {
+  if (stop_signals_ > 0) return StopWithCheckpoint(view_, stopped_by_);
+  // Rank 0 stopped where we asked: apply joins and leaves.
+  std::vector<uint64_t> staying, leaving;
+  for (uint64_t id : view_) {
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;  // failed: the head's next view drops it
+    (it->second.draining ? leaving : staying).push_back(id);
+  }
+  const std::vector<uint64_t> joining = Joinable(staying.size());
+  std::string reason;
+  if (!joining.empty()) reason += std::to_string(joining.size()) + " joined";
+  if (!leaving.empty())
+    reason += (reason.empty() ? "" : ", ") + std::to_string(leaving.size()) + " left";
+  if (reason.empty()) reason = "membership unchanged";
+  std::vector<uint64_t> next = staying;
+  next.insert(next.end(), joining.begin(), joining.end());
+  if (next.empty()) {
+    Say("driver: every worker is leaving; stopping");
+    return StopWithCheckpoint({view_.front()}, "every worker left");
+  }
+  Publish(next, reason);
+}
+
+void JobController::OnSynced(const event::Synced& e) {
+  if (e.generation != generation_) return;
+  if (!started_) out_.push_back(action::Journal{});
+  started_ = true;
+  if (!newest_ || *newest_ < e.point) {
+    newest_ = e.point;
+    holders_.clear();
+  }
+  for (uint64_t id : view_) {
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;
+    it->second.holds = e.point;
+    if (*newest_ == e.point) holders_.insert(id);
+  }
+  faulting_since_.reset();
+}
+
+void JobController::OnCheckpointWritten(const event::CheckpointWritten& e) {
+  if (!checkpoint_ || *checkpoint_ < e.point) checkpoint_ = e.point;
+  out_.push_back(action::Journal{});
+}
+
+void JobController::OnFault(const event::Fault& e) {
+  if (e.generation != generation_ || !faulted_.insert(e.generation).second) return;
+  if (e.state_unavailable) {
+    Say("driver: rank 0 of generation " + std::to_string(e.generation) +
+        " could not load its state: " + e.reason);
+    // That source is gone: the next generation takes the next best one.
+    const StateSource used = SourceFor(view_);
+    if (used.kind == SourceKind::kCheckpoint) checkpoint_.reset();
+    if (used.kind == SourceKind::kControllerCopy) copy_.reset();
+    if (used.kind == SourceKind::kResume) {
+      Say("driver: error: --resume cannot continue without its checkpoint; stopping");
+      over_reason_ = "the checkpoint of --resume could not be read";
+      return Finish(kExitError);
+    }
+  }
+  if (!faulting_since_) faulting_since_ = now_;
+  if (now_ - *faulting_since_ > config_.fault_give_up_ms) {
+    Say("driver: error: the workers' collectives kept failing for " +
+        Seconds(now_ - *faulting_since_) + " without a commit (last: worker " +
+        std::to_string(e.member) + ": " + e.reason +
+        "); stopping. Can the workers' machines reach each other? (docs/operations.md)");
+    over_reason_ = "the workers could not complete a collective";
+    return Finish(kExitStopped);
+  }
+  if (started_ && !NewestAvailable()) return StateLost("the last source of the state failed");
+  Say("driver: worker " + std::to_string(e.member) + " reported a fault in generation " +
+      std::to_string(e.generation) + " (" + e.reason + "); re-forming the generation");
+  Publish(view_, "re-formed after a fault on worker " + std::to_string(e.member));
+}
+
+void JobController::OnDone() {
+  over_reason_ = "the job is done";
+  Finish(kExitOk);
+}
+
+void JobController::OnStopSignal(const event::StopSignal& e) {
+  if (e.count <= stop_signals_) return;
+  stop_signals_ = e.count;
+  stopped_by_ = "stopped by " + e.name + " to the driver";
+  if (e.count == 1) {
+    Say("driver: " + e.name +
+        ": stopping the job at the next epoch boundary with a checkpoint (again: at the next "
+        "commit; a third time: at once, losing the work since the last commit)");
+  } else {
+    Say("driver: " + e.name + " again: stopping at the next commit (--commit-every)");
+  }
+}
+
+void JobController::Start() {
+  if (stop_signals_ > 0) {
+    Say("driver: stopped before training started; nothing to checkpoint");
+    over_reason_ = "the driver was stopped before training started";
+    return Finish(kExitError);
+  }
+  const std::vector<uint64_t> joining = Joinable(0);
+  const int64_t ready = static_cast<int64_t>(joining.size());
+  const bool all_here = ready >= config_.initial_workers;
+  const bool timed_out = now_ - phase_since_ >= config_.start_timeout_ms;
+  // Workers that die while loading (no data set, bad flags) register
+  // nothing: say so now rather than after the timeout.
+  if (exited_ >= config_.initial_workers && ready < config_.min_workers) {
+    Say("driver: error: all " + std::to_string(config_.initial_workers) +
+        " workers exited before joining the job; their errors are above");
+    over_reason_ = "the job could not start";
+    return Finish(kExitError);
+  }
+  if (all_here || (timed_out && ready >= config_.min_workers)) {
+    phase_ = Phase::kRunning;
+    Publish(joining, "start");
+  } else if (timed_out) {
+    Say("driver: error: only " + std::to_string(ready) + " of " +
+        std::to_string(config_.initial_workers) + " workers registered within " +
+        Seconds(config_.start_timeout_ms));
+    over_reason_ = "the job could not start";
+    Finish(kExitError);
+  }
+}
+
+void JobController::Recover() {
+  if (stop_signals_ > 0) {
+    // Nothing trains: the workers hold the state; stopping needs one generation.
+    phase_ = Phase::kRunning;
+    return Run();
+  }
+  std::vector<uint64_t> back;
+  for (const auto& [id, member] : members_)
+    if (!member.draining && !Blacklisted(member.node)) back.push_back(id);
+  const int64_t waited = now_ - phase_since_;
+  const bool all_back = recovered_world_ > 0 && back.size() >= recovered_world_;
+  if (!all_back &&
+      !(waited >= recovery_wait_ms_ && static_cast<int64_t>(back.size()) >= config_.min_workers)) {
+    if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {
+      Say("driver: error: only " + std::to_string(back.size()) +
+          " workers came back after the controller restarted, below --min-workers=" +
+          std::to_string(config_.min_workers));
+      over_reason_ = "too few workers came back";
+      Finish(kExitStopped);
+    }
+    return;
+  }
+  // The newest holders first: rank 0 broadcasts.
+  std::stable_sort(back.begin(), back.end(), [this](uint64_t a, uint64_t b) {
+    const std::optional<StatePoint>& x = members_[a].holds;
+    const std::optional<StatePoint>& y = members_[b].holds;
+    return y ? (x && *y < *x) : static_cast<bool>(x);
+  });
+  if (config_.max_workers > 0 && static_cast<int64_t>(back.size()) > config_.max_workers)
+    back.resize(static_cast<size_t>(config_.max_workers));
+  phase_ = Phase::kRunning;
+  Say("driver: " + std::to_string(back.size()) +
+      " workers came back after the controller "
+      "restarted");
+  Publish(back, "the controller restarted");
+}
+
+void JobController::Run() {
+  if (!stopping_.empty()) return;
+  std::vector<uint64_t> staying, leaving;
+  bool drain_expired = false;
+  for (uint64_t id : view_) {
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;  // failed: the head's next view drops it
+    const Member& member = it->second;
+    if (member.draining) {
+      leaving.push_back(id);
+      if (now_ - member.draining_since_ms > config_.drain_timeout_ms) drain_expired = true;
+    } else {
+      staying.push_back(id);
+    }
+  }
+  const std::vector<uint64_t> joining = Joinable(staying.size());
+  std::vector<uint64_t> next = staying;
+  next.insert(next.end(), joining.begin(), joining.end());
+
+  if (static_cast<int64_t>(view_.size()) < config_.min_workers) {
+    // Nobody trains: apply any change at once.
+    if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
+      below_minimum_since_.reset();
+      if (started_ && !NewestAvailable()) return StateLost("every holder of the state was lost");
+      return Publish(next, std::to_string(joining.size()) + " joined below --min-workers");
+    }
+    if (!below_minimum_since_) {
+      below_minimum_since_ = now_;
+      Say("driver: " + std::to_string(view_.size()) + " workers, below --min-workers=" +
+          std::to_string(config_.min_workers) + "; waiting up to --rendezvous-timeout for joins");
+    }
+    if (stop_signals_ > 0) return StopWithCheckpoint(staying, stopped_by_);
+    if (now_ - *below_minimum_since_ > config_.rendezvous_timeout_ms) {
+      const std::string message =
+          "driver: error: only " + std::to_string(staying.size()) + " workers for " +
+          Seconds(config_.rendezvous_timeout_ms) +
+          " (--rendezvous-timeout), below --min-workers=" + std::to_string(config_.min_workers) +
+          "; stopping";
+      Say(message);
+      return StopWithCheckpoint(staying, message);
+    }
+    return;
+  }
+  below_minimum_since_.reset();
+  if (stop_signals_ == 0 && joining.empty() && leaving.empty()) return;
+  const bool at_next_commit = drain_expired || stop_signals_ >= 2;
+  if (requested_ && (*requested_ || !at_next_commit)) return;  // asked already
+  requested_ = at_next_commit;
+  out_.push_back(action::RequestStop{generation_, view_.front(), at_next_commit});
+}
+
+std::vector<uint64_t> JobController::Joinable(size_t staying) {
+  std::vector<uint64_t> joining;
+  for (const auto& [id, member] : members_) {
+    if (Contains(view_, id) || member.draining || Blacklisted(member.node)) continue;
+    if (config_.max_workers > 0 &&
+        static_cast<int64_t>(staying + joining.size()) >= config_.max_workers)
+      break;
+    joining.push_back(id);
+  }
+  return joining;
+}
+
+bool JobController::Blacklisted(uint64_t node) {
+  auto it = blacklisted_until_.find(node);
+  if (it == blacklisted_until_.end()) return false;
+  if (now_ < it->second) return true;
+  blacklisted_until_.erase(it);
+  Say("driver: node " + std::to_string(node) + " is no longer blacklisted");
+  return false;
+}
+
+StateSource JobController::SourceFor(const std::vector<uint64_t>& members) const {
+  if (!started_) return {config_.resume ? SourceKind::kResume : SourceKind::kFresh, 0, {}};
+  std::optional<StateSource> best;
+  for (size_t rank = 0; rank < members.size(); ++rank) {
+    auto it = members_.find(members[rank]);
+    if (it == members_.end() || !it->second.holds) continue;
+    if (!best || best->point < *it->second.holds)
+      best = StateSource{SourceKind::kMember, static_cast<int>(rank), *it->second.holds};
+  }
+  // Ties go to the members (nothing to send), then to the copy (no disk).
+  if (copy_ && (!best || best->point < *copy_))
+    best = StateSource{SourceKind::kControllerCopy, 0, *copy_};
+  if (checkpoint_ && (!best || best->point < *checkpoint_))
+    best = StateSource{SourceKind::kCheckpoint, 0, *checkpoint_};
+  return best.value_or(StateSource{});
+}
+
+std::optional<StatePoint> JobController::NewestAvailable() const {
+  std::optional<StatePoint> best = copy_;
+  if (checkpoint_ && (!best || *best < *checkpoint_)) best = checkpoint_;
+  for (const auto& [id, member] : members_)
+    if (member.holds && (!best || *best < *member.holds)) best = member.holds;
+  return best;
+}
+
+void JobController::StopWithCheckpoint(const std::vector<uint64_t>& members,
+                                       const std::string& why) {
+  stopping_ = why;
+  over_reason_ = why;
+  if (members.empty()) {
+    Say("driver: no worker is left to write a checkpoint from the last commit; " +
+        std::string(checkpoint_ ? "the newest checkpoint (" + ToString(*checkpoint_) +
+                                      ") is in --checkpoint-dir"
+                                : "there is no checkpoint"));
+    return Finish(kExitStopped);
+  }
+  Publish(members, "stop: rank 0 writes the checkpoint of the last commit");
+}
+
+void JobController::StateLost(const std::string& what_happened) {
+  std::string text = "driver: error: " + what_happened;
+  if (newest_) text += " at " + ToString(*newest_);
+  text +=
+      ", and no other copy of the job's state exists: no worker holds a commit, the controller "
+      "keeps no copy (--state-copy-every=0 or none sent yet) and no checkpoint was written. The "
+      "job's progress is lost; nothing was overwritten. Start it again (with --resume if "
+      "--checkpoint-dir holds an older checkpoint of this job).";
+  Say(text);
+  over_reason_ = "the job's state was lost";
+  Finish(kExitStopped);
+}
+
+void JobController::Finish(int exit_code) {
+  if (finished_) return;
+  finished_ = true;
+  if (over_reason_.empty()) over_reason_ = "the job is over";
+  // Members of the last view finish on their own (done) or with the stop
+  // generation; everyone else is told.
+  const bool view_finishes = exit_code == kExitOk || !stopping_.empty();
+  for (const auto& [id, member] : members_)
+    if (!(view_finishes && Contains(view_, id))) out_.push_back(action::TellOver{id, over_reason_});
+  out_.push_back(action::Journal{});
+  out_.push_back(action::Finish{exit_code});
+}
+
+void JobController::Publish(std::vector<uint64_t> members, const std::string& reason) {
+  publishing_ = true;
+  next_reason_ = reason;
+  out_.push_back(action::Publish{std::move(members), reason});
+}
+
+void JobController::Say(const std::string& text) { out_.push_back(action::Say{text}); }
+
+}  // namespace elastic::trainer

@@ -1,0 +1,265 @@
+// The decisions of an elastic job's controller, as a pure state machine:
+// events in, actions out, no clock, no threads, no sockets. The controller
+// actor (controller_actor.h) turns membership updates and the trainers'
+// messages into events and carries the actions out; the tests drive this
+// class alone (job_controller_test.cc).
+//
+// What it decides (docs/elastic.md):
+// - when the first generation starts, and which workers form every later one
+//   (joins and graceful leaves at commit points it asks rank 0 for; failures
+//   as the head reports them; re-forming after a collective fault);
+// - where each generation's state comes from: the members that hold the
+//   newest commit, else the controller's own copy, else the newest
+//   checkpoint; a freshly seeded model only at the very start of a job. When
+//   every source is gone the job stops (exit 3) and says what was lost;
+// - when the job stops: done, too few workers for too long, stop signals,
+//   state lost.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace elastic::trainer {
+
+// Exit codes of the elastic processes.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+// Stopped before --epochs: with a checkpoint of the last commit (below
+// --min-workers after --rendezvous-timeout, SIGINT/SIGTERM to the driver), or
+// because the job's state was lost (the message says what).
+inline constexpr int kExitStopped = 3;
+
+// A commit: after `step` optimizer steps, at `position` of `epoch`.
+struct StatePoint {
+  int64_t epoch = 0;
+  int64_t position = 0;
+  int64_t step = 0;
+};
+// Commits of one job are ordered by (step, epoch, position).
+bool operator<(const StatePoint& a, const StatePoint& b);
+bool operator==(const StatePoint& a, const StatePoint& b);
+std::string ToString(const StatePoint& point);  // "epoch 3 position 128 step 40"
+
+enum class SourceKind { kFresh, kResume, kMember, kControllerCopy, kCheckpoint };
+const char* ToString(SourceKind kind);
+
+struct StateSource {
+  SourceKind kind = SourceKind::kFresh;
+  int rank = 0;      // the rank that broadcasts (kMember); 0 otherwise
+  StatePoint point;  // what the source holds
+};
+
+struct ControllerConfig {
+  int64_t initial_workers = 1;  // registered workers that start the job at once
+  int64_t min_workers = 1;
+  int64_t max_workers = 0;  // 0: no limit
+  // Time to gather initial_workers before starting with min_workers (ms).
+  int64_t start_timeout_ms = 120000;
+  int64_t rendezvous_timeout_ms = 60000;  // below min_workers, at most this long
+  int64_t drain_timeout_ms = 30000;       // a draining worker leaves at a commit after this
+  int64_t blacklist_after = 3;            // failures of one node
+  int64_t blacklist_ms = 300000;
+  bool resume = false;  // the first generation reads --checkpoint-dir
+  // Faults with no commit in between for this long stop the job (exit 3).
+  int64_t fault_give_up_ms = 360000;
+};
+
+// What a controller restarted from its journal knows of the job.
+struct RecoveredJob {
+  uint64_t generation = 0;  // the last one published
+  std::optional<StatePoint> newest;
+  uint32_t world_of_newest = 0;  // how many members held it
+  std::optional<StatePoint> checkpoint;
+  // Wait this long for the members of the last generation to come back (ms).
+  int64_t wait_ms = 30000;
+};
+
+namespace event {
+struct Tick {};
+// A worker registered with the head; `holds` is the commit it has in memory
+// (a worker that outlived a controller restart).
+struct Registered {
+  uint64_t member = 0;
+  uint64_t node = 0;
+  std::optional<StatePoint> holds;
+};
+struct Gone {  // left on purpose, or failed (connection lost, silent)
+  uint64_t member = 0;
+  bool failed = false;
+};
+struct Exited {};  // a node agent saw a worker process exit
+struct ViewChanged {
+  uint64_t generation = 0;
+  std::vector<uint64_t> members;
+};
+struct Draining {
+  uint64_t member = 0;
+};
+struct Commit {  // rank 0's commit report
+  uint64_t generation = 0;
+  StatePoint point;
+  bool copy = false;  // the controller now holds this state
+  bool stopped_on_request = false;
+};
+struct Synced {
+  uint64_t generation = 0;
+  StatePoint point;
+};
+struct CheckpointWritten {
+  StatePoint point;
+};
+struct Fault {
+  uint64_t generation = 0;
+  uint64_t member = 0;
+  std::string reason;
+  bool state_unavailable = false;
+};
+struct Done {};
+struct StopSignal {
+  int count = 0;  // signals so far: 1 at the next epoch boundary, 2 at the next commit
+  std::string name;
+};
+}  // namespace event
+
+using Event = std::variant<event::Tick, event::Registered, event::Gone, event::Exited,
+                           event::ViewChanged, event::Draining, event::Commit, event::Synced,
+                           event::CheckpointWritten, event::Fault, event::Done, event::StopSignal>;
+
+namespace action {
+// Publish this ordered list as the next generation's view (a ViewChanged
+// event follows).
+struct Publish {
+  std::vector<uint64_t> members;
+  std::string reason;
+};
+// Tell every member of a published view its rank and state source.
+struct StartGeneration {
+  uint64_t generation = 0;
+  std::vector<uint64_t> members;
+  StateSource source;
+  std::string stop;  // non-empty: sync, rank 0 writes a checkpoint, everyone exits
+  std::string reason;
+};
+struct RequestStop {  // to rank 0 of `generation`
+  uint64_t generation = 0;
+  uint64_t member = 0;
+  bool at_next_commit = false;
+};
+struct TellOver {  // a member outside every view: the job is over for it
+  uint64_t member = 0;
+  std::string reason;
+};
+struct Say {
+  std::string text;
+};
+struct DropCopy {};  // the controller's copy is older than a checkpoint now
+struct Journal {};   // durable facts changed
+struct Finish {      // the job is over: wait for everyone to leave, exit with code
+  int exit_code = 0;
+};
+}  // namespace action
+
+using Action =
+    std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
+                 action::Say, action::DropCopy, action::Journal, action::Finish>;
+
+class JobController {
+ public:
+  // A new job; `now_ms` is the controller's clock at start.
+  JobController(ControllerConfig config, int64_t now_ms);
+  // A job taken over from a journal: it started, and its workers may come back.
+  JobController(ControllerConfig config, const RecoveredJob& recovered, int64_t now_ms);
+
+  std::vector<Action> Handle(const Event& event, int64_t now_ms);
+
+  // For the actor, the journal and the tests.
+  bool started() const { return started_; }
+  bool finished() const { return finished_; }
+  uint64_t generation() const { return generation_; }
+  const std::vector<uint64_t>& view() const { return view_; }
+  std::optional<StatePoint> newest() const { return newest_; }
+  std::optional<StatePoint> copy() const { return copy_; }
+  std::optional<StatePoint> checkpoint() const { return checkpoint_; }
+  size_t world_of_newest() const { return holders_.size(); }
+
+ private:
+  struct Member {
+    uint64_t node = 0;
+    bool draining = false;
+    int64_t draining_since_ms = 0;
+    std::optional<StatePoint> holds;
+  };
+  enum class Phase { kStarting, kRecovering, kRunning };
+
+  void OnTick();
+  void OnRegistered(const event::Registered& e);
+  void OnGone(const event::Gone& e);
+  void OnViewChanged(const event::ViewChanged& e);
+  void OnDraining(const event::Draining& e);
+  void OnCommit(const event::Commit& e);
+  void StoppedOnRequest();
+  void OnSynced(const event::Synced& e);
+  void OnCheckpointWritten(const event::CheckpointWritten& e);
+  void OnFault(const event::Fault& e);
+  void OnDone();
+  void OnStopSignal(const event::StopSignal& e);
+
+  void Start();
+  void Recover();
+  void Run();
+  // The pending members that may join now (not draining, not blacklisted),
+  // up to --max-workers with `staying` in the view.
+  std::vector<uint64_t> Joinable(size_t staying);
+  bool Blacklisted(uint64_t node);
+  StateSource SourceFor(const std::vector<uint64_t>& members) const;
+  std::optional<StatePoint> NewestAvailable() const;
+  // Ends the job at its last commit: the members sync on it, rank 0 writes a
+  // checkpoint, all exit; with nobody left, says what is lost.
+  void StopWithCheckpoint(const std::vector<uint64_t>& members, const std::string& why);
+  void StateLost(const std::string& what_happened);
+  void Finish(int exit_code);
+  void Publish(std::vector<uint64_t> members, const std::string& reason);
+  void Say(const std::string& text);
+
+  ControllerConfig config_;
+  int64_t now_ = 0;
+  int64_t phase_since_ = 0;
+  Phase phase_ = Phase::kStarting;
+  std::vector<Action> out_;
+
+  std::map<uint64_t, Member> members_;  // live and registered
+  uint64_t generation_ = 0;
+  std::vector<uint64_t> view_;
+  bool publishing_ = false;  // a Publish is out and its ViewChanged not yet seen
+  std::string next_reason_;  // of the view published next
+  int64_t exited_ = 0;
+  bool started_ = false;  // the first sync happened: no fresh model from now on
+  bool finished_ = false;
+
+  std::optional<StatePoint> newest_;  // the newest commit reported
+  std::set<uint64_t> holders_;        // members that hold newest_
+  std::optional<StatePoint> copy_;    // the controller's copy
+  std::optional<StatePoint> checkpoint_;
+  uint32_t recovered_world_ = 0;
+  int64_t recovery_wait_ms_ = 0;
+  std::map<uint64_t, uint64_t> nodes_;  // member -> node, of every member seen
+
+  std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)
+  std::optional<int64_t> below_minimum_since_;
+  int stop_signals_ = 0;
+  std::string stopped_by_;
+  std::string stopping_;                   // non-empty once a stop generation is on its way
+  std::string over_reason_;                // what members outside the last view are told
+  std::set<uint64_t> faulted_;             // generations re-formed after a fault
+  std::optional<int64_t> faulting_since_;  // first fault with no commit since
+
+  std::map<uint64_t, int64_t> failures_by_node_;
+  std::map<uint64_t, int64_t> blacklisted_until_;
+};
+
+}  // namespace elastic::trainer

@@ -1,0 +1,461 @@
+// The controller's decisions without processes: a simulated head (it numbers
+// views and drops failed members, as runtime/head.cc does) feeds events to a
+// JobController and records its actions.
+#include "trainer/elastic/job_controller.h"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace elastic::trainer {
+namespace {
+
+template <typename T>
+std::vector<T> Only(const std::vector<Action>& actions) {
+  std::vector<T> out;
+  for (const Action& a : actions)
+    if (const T* t = std::get_if<T>(&a)) out.push_back(*t);
+  return out;
+}
+
+bool Said(const std::vector<Action>& actions, const std::string& part) {
+  for (const action::Say& say : Only<action::Say>(actions))
+    if (say.text.find(part) != std::string::npos) return true;
+  return false;
+}
+
+StatePoint At(int64_t epoch, int64_t position, int64_t step) { return {epoch, position, step}; }
+
+// A head and a clock around one JobController.
+class Job {
+ public:
+  explicit Job(ControllerConfig config) : controller_(config, 0) {}
+  Job(ControllerConfig config, const RecoveredJob& recovered)
+      : controller_(config, recovered, 0), generation_(recovered.generation) {}
+
+  // Feeds one event at the current time; a Publish is carried out at once.
+  void Feed(const Event& event) {
+    std::vector<Action> actions = controller_.Handle(event, now_);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      all_.push_back(actions[i]);
+      if (const auto* publish = std::get_if<action::Publish>(&actions[i])) {
+        view_ = publish->members;
+        std::vector<Action> more =
+            controller_.Handle(event::ViewChanged{++generation_, view_}, now_);
+        actions.insert(actions.end(), more.begin(), more.end());
+      }
+    }
+  }
+  void Advance(int64_t ms) {
+    now_ += ms;
+    Feed(event::Tick{});
+  }
+  void Register(uint64_t member, uint64_t node = 1) { Feed(event::Registered{member, node, {}}); }
+  // The head sees member's connection drop: it says so and publishes a view without it.
+  void Kill(uint64_t member) {
+    Feed(event::Gone{member, true});
+    const auto it = std::find(view_.begin(), view_.end(), member);
+    if (it == view_.end()) return;
+    view_.erase(it);
+    Feed(event::ViewChanged{++generation_, view_});
+  }
+  void KillAll(const std::vector<uint64_t>& members) {
+    for (uint64_t m : members) Kill(m);
+  }
+  void Commit(StatePoint point, bool copy, bool stopped = false) {
+    Feed(event::Commit{generation_, point, copy, stopped});
+  }
+  void Sync(StatePoint point = {}) { Feed(event::Synced{generation_, point}); }
+
+  // The last StartGeneration, if any.
+  std::optional<action::StartGeneration> LastStart() const {
+    const auto starts = Only<action::StartGeneration>(all_);
+    if (starts.empty()) return std::nullopt;
+    return starts.back();
+  }
+  std::optional<int> ExitCode() const {
+    const auto finishes = Only<action::Finish>(all_);
+    if (finishes.empty()) return std::nullopt;
+    return finishes.back().exit_code;
+  }
+  // Actions since the last call.
+  std::vector<Action> Take() {
+    std::vector<Action> out(all_.begin() + static_cast<long>(taken_), all_.end());
+    taken_ = all_.size();
+    return out;
+  }
+
+  JobController& controller() { return controller_; }
+  const std::vector<uint64_t>& view() const { return view_; }
+  uint64_t generation() const { return generation_; }
+  const std::vector<Action>& all() const { return all_; }
+
+ private:
+  JobController controller_;
+  int64_t now_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<uint64_t> view_;
+  std::vector<Action> all_;
+  size_t taken_ = 0;
+};
+
+ControllerConfig Config(int64_t workers, int64_t min_workers = 1) {
+  ControllerConfig config;
+  config.initial_workers = workers;
+  config.min_workers = min_workers;
+  return config;
+}
+
+// A job of `workers` members 1..workers that started and synced.
+Job Started(ControllerConfig config) {
+  Job job(config);
+  for (uint64_t m = 1; m <= static_cast<uint64_t>(config.initial_workers); ++m) job.Register(m);
+  job.Sync();
+  job.Take();
+  return job;
+}
+
+TEST(JobControllerTest, StartsWhenEveryLocalWorkerRegisteredFromAFreshModel) {
+  Job job(Config(2));
+  job.Register(1);
+  EXPECT_FALSE(job.LastStart());
+  job.Register(2);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->generation, 1u);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kFresh);
+  EXPECT_EQ(job.LastStart()->reason, "start");
+}
+
+TEST(JobControllerTest, ResumeStartsFromTheCheckpoint) {
+  ControllerConfig config = Config(1);
+  config.resume = true;
+  Job job(config);
+  job.Register(1);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kResume);
+}
+
+TEST(JobControllerTest, StartTimeoutStartsWithMinWorkersOrFails) {
+  ControllerConfig config = Config(3, 2);
+  config.start_timeout_ms = 1000;
+  Job with_two(config);
+  with_two.Register(1);
+  with_two.Register(2);
+  EXPECT_FALSE(with_two.LastStart());
+  with_two.Advance(1000);
+  ASSERT_TRUE(with_two.LastStart());
+  EXPECT_EQ(with_two.LastStart()->members.size(), 2u);
+
+  Job with_one(config);
+  with_one.Register(1);
+  with_one.Advance(1000);
+  EXPECT_EQ(with_one.ExitCode(), kExitError);
+  EXPECT_TRUE(Said(with_one.all(), "only 1 of 3 workers registered"));
+}
+
+TEST(JobControllerTest, WorkersThatExitBeforeRegisteringFailTheStartAtOnce) {
+  Job job(Config(2));
+  job.Feed(event::Exited{});
+  EXPECT_FALSE(job.ExitCode());
+  job.Feed(event::Exited{});
+  EXPECT_EQ(job.ExitCode(), kExitError);
+  EXPECT_TRUE(Said(job.all(), "exited before joining"));
+}
+
+TEST(JobControllerTest, JoinWaitsForTheEpochBoundaryThenExtendsTheView) {
+  Job job = Started(Config(2));
+  job.Register(3);
+  std::vector<Action> actions = job.Take();
+  const auto requests = Only<action::RequestStop>(actions);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_FALSE(requests[0].at_next_commit);  // at the epoch boundary
+  EXPECT_EQ(requests[0].member, 1u);         // rank 0
+  job.Advance(50);
+  EXPECT_TRUE(Only<action::RequestStop>(job.Take()).empty()) << "asked once per generation";
+
+  job.Commit(At(1, 0, 48), false, /*stopped=*/true);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 joined");
+  // Members 1 and 2 hold the commit; the joiner does not.
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.rank, 0);
+  EXPECT_EQ(job.LastStart()->source.point, At(1, 0, 48));
+}
+
+TEST(JobControllerTest, MaxWorkersKeepsJoinersPending) {
+  ControllerConfig config = Config(2);
+  config.max_workers = 2;
+  Job job = Started(config);
+  job.Register(3);
+  job.Advance(50);
+  EXPECT_TRUE(Only<action::RequestStop>(job.Take()).empty());
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2}));
+}
+
+TEST(JobControllerTest, GracefulLeaveAtTheBoundaryAndAtTheNextCommitAfterTheDrainTimeout) {
+  ControllerConfig config = Config(3);
+  config.drain_timeout_ms = 1000;
+  Job job = Started(config);
+  job.Feed(event::Draining{2});
+  auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_FALSE(requests[0].at_next_commit);
+  job.Advance(1001);
+  requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit) << "the drain timeout turns the request into 'now'";
+  job.Commit(At(0, 64, 2), false, true);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 left");
+}
+
+TEST(JobControllerTest, KillOfRankZeroRestoresFromTheNextHolder) {
+  Job job = Started(Config(3));
+  job.Commit(At(0, 96, 3), false);
+  job.Kill(1);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(0, 96, 3));
+  EXPECT_EQ(job.LastStart()->reason, "a worker failed or left");
+}
+
+TEST(JobControllerTest, SeveralKilledAtOnceLeaveTheRest) {
+  Job job = Started(Config(4));
+  job.Commit(At(0, 32, 1), true);
+  job.KillAll({1, 3});
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_FALSE(job.ExitCode());
+}
+
+// Every worker lost at once, then one joins: the sources that exist decide.
+struct MassLossCase {
+  const char* name;
+  bool copy;                           // the controller keeps a copy of the commit at step 40
+  bool checkpoint;                     // a checkpoint at step 24 exists
+  std::optional<SourceKind> restores;  // nullopt: the job stops with exit 3
+  int64_t step;
+};
+
+TEST(JobControllerTest, EveryWorkerLostThenAJoin) {
+  const MassLossCase cases[] = {
+      {"copy and checkpoint", true, true, SourceKind::kControllerCopy, 40},
+      {"copy only", true, false, SourceKind::kControllerCopy, 40},
+      {"checkpoint only", false, true, SourceKind::kCheckpoint, 24},
+      {"neither", false, false, std::nullopt, 0},
+  };
+  for (const MassLossCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Job job = Started(Config(2));
+    if (c.checkpoint) job.Feed(event::CheckpointWritten{At(1, 0, 24)});
+    job.Commit(At(1, 512, 40), c.copy);
+    job.Take();
+    job.KillAll({1, 2});
+    if (!c.restores) {
+      EXPECT_EQ(job.ExitCode(), kExitStopped);
+      EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 2 position 512 step 40"));
+      EXPECT_TRUE(Said(job.all(), "nothing was overwritten"));
+      // A worker that comes later is told the job is over, never given a fresh model.
+      job.Register(3);
+      EXPECT_FALSE(Only<action::TellOver>(job.Take()).empty());
+      continue;
+    }
+    EXPECT_FALSE(job.ExitCode());
+    EXPECT_TRUE(Said(job.all(), "every worker is gone"));
+    job.Register(3);
+    ASSERT_TRUE(job.LastStart());
+    EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
+    EXPECT_EQ(job.LastStart()->source.kind, *c.restores);
+    EXPECT_EQ(job.LastStart()->source.point.step, c.step);
+    // An older source than the newest commit is said out loud.
+    EXPECT_EQ(Said(job.all(), "warning: generation"), c.step < 40);
+  }
+}
+
+TEST(JobControllerTest, AnUnreadableCheckpointFallsBackToTheCopyOrStops) {
+  Job job = Started(Config(1));
+  job.Commit(At(0, 32, 1), true);
+  job.Feed(event::CheckpointWritten{At(1, 0, 2)});
+  job.KillAll({1});
+  job.Register(2);
+  ASSERT_EQ(job.LastStart()->source.kind, SourceKind::kCheckpoint);
+  job.Feed(event::Fault{job.generation(), 2, "bad checksum", true});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{2}));
+}
+
+TEST(JobControllerTest, BelowMinWorkersWaitsThenStopsWithACheckpoint) {
+  ControllerConfig config = Config(2, 2);
+  config.rendezvous_timeout_ms = 5000;
+  Job job = Started(config);
+  job.Commit(At(0, 64, 2), false);
+  const uint64_t generations = job.generation();
+  job.Kill(2);
+  EXPECT_EQ(job.generation(), generations + 1);
+  EXPECT_EQ(Only<action::StartGeneration>(job.Take()).size(), 0u) << "one worker does not train";
+  EXPECT_TRUE(Said(job.all(), "below --min-workers=2"));
+  job.Advance(5001);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1}));
+  EXPECT_NE(job.LastStart()->stop.find("--rendezvous-timeout"), std::string::npos);
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+}
+
+TEST(JobControllerTest, BelowMinWorkersAJoinRestartsTraining) {
+  Job job = Started(Config(2, 2));
+  job.Kill(2);
+  job.Register(3);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 joined below --min-workers");
+}
+
+TEST(JobControllerTest, ANodeWhoseWorkersKeepFailingIsBlacklistedForAWhile) {
+  ControllerConfig config = Config(2);
+  config.blacklist_after = 2;
+  config.blacklist_ms = 10000;
+  Job job(config);
+  job.Register(1, /*node=*/1);
+  job.Register(2, /*node=*/2);
+  job.Sync();
+  job.Register(3, 2);
+  job.Commit(At(1, 0, 4), false, true);
+  ASSERT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3}));
+  job.Kill(2);
+  job.Kill(3);
+  EXPECT_TRUE(Said(job.all(), "node 2 blacklisted"));
+  job.Register(4, 2);
+  job.Advance(100);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1})) << "node 2's worker is not admitted";
+  job.Take();
+  job.Advance(10000);
+  EXPECT_TRUE(Said(job.Take(), "node 2 is no longer blacklisted"));
+}
+
+TEST(JobControllerTest, StopSignalsStopAtTheBoundaryThenAtTheNextCommit) {
+  Job job = Started(Config(2));
+  job.Feed(event::StopSignal{1, "SIGTERM"});
+  auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_FALSE(requests[0].at_next_commit);
+  job.Feed(event::StopSignal{2, "SIGTERM"});
+  requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit);
+  job.Commit(At(0, 128, 4), false, true);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(job.LastStart()->stop, "stopped by SIGTERM to the driver");
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+}
+
+TEST(JobControllerTest, StopBeforeTheStartIsAnError) {
+  Job job(Config(2));
+  job.Register(1);
+  job.Feed(event::StopSignal{1, "SIGINT"});
+  EXPECT_EQ(job.ExitCode(), kExitError);
+  EXPECT_EQ(Only<action::TellOver>(job.all()).size(), 1u);
+}
+
+TEST(JobControllerTest, DoneTellsPendingJoinersTheJobIsOver) {
+  Job job = Started(Config(2));
+  job.Register(3);
+  job.Feed(event::Done{});
+  EXPECT_EQ(job.ExitCode(), kExitOk);
+  const auto over = Only<action::TellOver>(job.all());
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].member, 3u);
+}
+
+TEST(JobControllerTest, AFaultWithNoMembershipChangeReformsTheGenerationOnce) {
+  Job job = Started(Config(3));
+  job.Commit(At(0, 96, 3), false);
+  const uint64_t g = job.generation();
+  job.Feed(event::Fault{g, 2, "Connection reset by peer", false});
+  EXPECT_EQ(job.generation(), g + 1);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  // The other ranks' reports of the same fault change nothing.
+  job.Feed(event::Fault{g, 1, "Connection reset by peer", false});
+  job.Feed(event::Fault{g, 3, "timeout", false});
+  EXPECT_EQ(job.generation(), g + 1);
+}
+
+TEST(JobControllerTest, FaultsWithoutACommitForTooLongStopTheJob) {
+  ControllerConfig config = Config(2);
+  config.fault_give_up_ms = 1000;
+  Job job = Started(config);
+  job.Feed(event::Fault{job.generation(), 1, "timeout", false});
+  job.Advance(600);
+  job.Feed(event::Fault{job.generation(), 1, "timeout", false});
+  EXPECT_FALSE(job.ExitCode());
+  job.Advance(600);
+  job.Feed(event::Fault{job.generation(), 1, "timeout", false});
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+  EXPECT_TRUE(Said(job.all(), "kept failing"));
+}
+
+TEST(JobControllerTest, ACommitOfAnOlderGenerationChangesNothing) {
+  Job job = Started(Config(2));
+  job.Commit(At(0, 64, 2), false);
+  const uint64_t old = job.generation();
+  job.Kill(2);
+  job.Feed(event::Commit{old, At(0, 96, 3), true, false});
+  EXPECT_EQ(job.controller().newest(), At(0, 64, 2));
+  EXPECT_FALSE(job.controller().copy());
+}
+
+TEST(JobControllerTest, RestartedControllerWaitsForTheWorkersAndPutsTheNewestHolderFirst) {
+  RecoveredJob recovered;
+  recovered.generation = 7;
+  recovered.newest = At(2, 128, 20);
+  recovered.world_of_newest = 2;
+  recovered.wait_ms = 5000;
+  Job job(Config(0), recovered);
+  job.Feed(event::Registered{10, 1, At(2, 64, 18)});
+  EXPECT_FALSE(job.LastStart()) << "waits for the second worker";
+  job.Feed(event::Registered{11, 2, At(2, 128, 20)});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->generation, 8u) << "numbering goes on from the journal";
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{11, 10}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(2, 128, 20));
+  EXPECT_EQ(job.LastStart()->reason, "the controller restarted");
+}
+
+TEST(JobControllerTest, RestartedControllerStartsWithWhoCameBackAfterTheWait) {
+  RecoveredJob recovered;
+  recovered.generation = 3;
+  recovered.newest = At(0, 64, 2);
+  recovered.world_of_newest = 3;
+  recovered.wait_ms = 5000;
+  Job job(Config(0, 1), recovered);
+  job.Feed(event::Registered{5, 1, At(0, 64, 2)});
+  job.Advance(4999);
+  EXPECT_FALSE(job.LastStart());
+  job.Advance(1);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{5}));
+}
+
+TEST(JobControllerTest, RestartedControllerWithNoSourceStops) {
+  RecoveredJob recovered;
+  recovered.generation = 3;
+  recovered.newest = At(0, 64, 2);
+  recovered.world_of_newest = 1;
+  recovered.wait_ms = 0;
+  Job job(Config(0, 1), recovered);
+  job.Feed(event::Registered{5, 1, std::nullopt});  // a worker that lost its commit
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+  EXPECT_TRUE(Said(job.all(), "no other copy of the job's state exists"));
+}
+
+}  // namespace
+}  // namespace elastic::trainer
