@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
@@ -24,12 +25,15 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/actor.h"
 #include "runtime/auth.h"
 #include "runtime/head.h"
 #include "runtime/head_client.h"
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
+#include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
+#include "trainer/elastic/job_controller.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/job_metrics.h"
 #include "trainer/progress.h"
@@ -74,408 +78,425 @@ void InstallStopSignalHandlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
-std::vector<uint64_t> MemberIds(const runtime::MembershipView& view) {
-  std::vector<uint64_t> ids;
-  for (const MemberInfo& member : view.members) ids.push_back(member.id);
-  return ids;
-}
-
 std::string Ids(const std::vector<uint64_t>& ids) {
   std::string out;
   for (uint64_t id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
   return out;
 }
 
-// The control loop: watches membership and the workers' reports, publishes
-// views, prints progress. One thread, polling (a few KV reads every 50 ms).
-class Controller {
+std::vector<uint64_t> MemberIds(const runtime::MembershipView& view) {
+  std::vector<uint64_t> ids;
+  for (const MemberInfo& member : view.members) ids.push_back(member.id);
+  return ids;
+}
+
+capnp::Data::Reader AsData(const std::string& bytes) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
+}
+
+// The job controller's actor: the shell around JobController. It turns the
+// head's membership updates, the trainers' typed messages and its own clock
+// ticks into events, and carries out the actions: views published on the head,
+// orders told to the trainer actors, lines printed, metrics. One message at a
+// time (the actor's strand), so the state machine needs no lock.
+class ControllerActor : public runtime::Actor {
  public:
-  Controller(const ElasticOptions& elastic, const TrainOptions& train, runtime::Head& head,
-             runtime::HeadClient& kv, JobMetrics& metrics)
+  ControllerActor(const ElasticOptions& elastic, const TrainOptions& train,
+                  std::vector<std::string> args, ControllerConfig config, runtime::Head& head,
+                  runtime::ActorSystem& actors, JobMetrics& metrics)
       : elastic_(elastic),
         train_(train),
+        args_(std::move(args)),
         head_(head),
-        kv_(kv),
+        actors_(actors),
         metrics_(metrics),
-        reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every) {}
+        reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every),
+        start_(Clock::now()),
+        machine_(config, 0) {}
 
-  // Until the job is done (0) or stopped below --min-workers (3) or fails (1).
-  int Run();
-  void OnUpdate(const MembershipUpdate& update);
-  bool started() const { return started_; }
+  std::string Receive(const std::string& method, const std::string& payload) override {
+    if (method == runtime::kMembershipMethod) return OnMembership(payload), "";
+    if (method == kMethodTick) return OnTick(), "";
+    if (method == kMethodSpec) return OnSpec();
+    if (method == kMethodHello) return OnHello(payload), "";
+    if (method == kMethodProgress) return OnProgress(payload), "";
+    if (method == kMethodEpoch) return OnEpoch(payload), "";
+    if (method == kMethodCommit) return OnCommit(payload), "";
+    if (method == kMethodSynced) return OnSynced(payload), "";
+    if (method == kMethodFirstStep) return OnFirstStep(payload), "";
+    if (method == kMethodCheckpoint) return OnCheckpoint(payload), "";
+    if (method == kMethodFault) return OnFault(payload), "";
+    if (method == kMethodDraining) return OnDraining(payload), "";
+    if (method == kMethodDone) return OnDone(payload), "";
+    if (method == kMethodStats) return OnStats(payload), "";
+    throw std::invalid_argument("job controller: unknown method '" + method + "'");
+  }
+
+  // The exit status, once the job is over.
+  std::future<int> Finished() { return finished_.get_future(); }
+  bool started() const { return machine_.started(); }
 
  private:
-  bool Draining(const MemberInfo& member);
-  bool Blacklisted(uint64_t node_id);
-  void Publish(const std::vector<uint64_t>& ids, const std::string& reason);
-  void PollReports();
-  // Folds the workers' stats records and the head's counters into the metrics.
-  void PollStats(const MembershipUpdate& m);
-  // SIGINT/SIGTERM received so far; says so once for each new one.
-  int StopSignals();
-  // Ends the job at its last commit: the members of `view` sync on it, rank 0
-  // writes the checkpoint, and everyone exits (kExitStopped).
-  int StopWithCheckpoint(const std::vector<uint64_t>& view, const std::string& why);
-  // Keeps the head up until every worker, pending joiners included, has read
-  // that the job is over and left, and the other machines' node agents are gone.
-  void WaitForEveryoneToLeave();
+  int64_t NowMs() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count();
+  }
+  void Feed(const Event& event) { Execute(machine_.Handle(event, NowMs())); }
+  void Execute(const std::vector<Action>& actions) {
+    for (const Action& a : actions) std::visit([this](const auto& x) { Carry(x); }, a);
+  }
+
+  void OnMembership(const std::string& payload);
+  void OnTick();
+  std::string OnSpec();
+  void OnHello(const std::string& payload);
+  void OnProgress(const std::string& payload);
+  void OnEpoch(const std::string& payload);
+  void OnCommit(const std::string& payload);
+  void OnSynced(const std::string& payload);
+  void OnFirstStep(const std::string& payload);
+  void OnCheckpoint(const std::string& payload);
+  void OnFault(const std::string& payload);
+  void OnDraining(const std::string& payload);
+  void OnDone(const std::string& payload);
+  void OnStats(const std::string& payload);
+  // A view newer than any seen: says so and tells the metrics.
+  void OnNewView(const runtime::MembershipView& view);
+
+  void Carry(const action::Publish& publish);
+  void Carry(const action::StartGeneration& start);
+  void Carry(const action::RequestStop& request);
+  void Carry(const action::TellOver& over);
+  void Carry(const action::Say& say) { Say(say.text); }
+  void Carry(const action::DropCopy&) { copy_.clear(); }
+  void Carry(const action::Journal&) {}
+  void Carry(const action::Finish& finish);
+  // Tells the trainer actor of `member` (nothing if it is gone).
+  void TellTrainer(uint64_t member, const char* method, const std::string& payload);
 
   const ElasticOptions& elastic_;
   const TrainOptions& train_;
+  const std::vector<std::string> args_;
   runtime::Head& head_;
-  runtime::HeadClient& kv_;
+  runtime::ActorSystem& actors_;
   JobMetrics& metrics_;
   ProgressReporter reporter_;
+  const Clock::time_point start_;
+  JobController machine_;
+  std::promise<int> finished_;
+  bool finish_sent_ = false;
 
-  std::mutex mutex_;
-  std::map<uint64_t, int64_t> failures_by_node_;             // guarded by mutex_
-  std::map<uint64_t, Clock::time_point> blacklisted_until_;  // guarded by mutex_
-  std::map<uint64_t, Clock::time_point> draining_since_;
-
-  bool started_ = false;
-  std::atomic<int64_t> exited_workers_{0};  // worker processes that exited (head's reports)
-  bool started_once_ = false;  // a view was published (the first is no membership change)
-  uint64_t generation_ = 0;
+  std::string copy_;  // rank 0's last state copy (proto::CommitReport.state)
+  uint64_t printed_generation_ = 0;
+  uint64_t generation_ = 0;  // the newest view seen
   size_t world_ = 0;
   Clock::time_point generation_seen_;
-  std::string generation_reason_;  // of the view we publish next
-  std::string current_reason_;     // of the generation now in force
+  std::string current_reason_;
   bool first_step_seen_ = true;
-  std::string last_request_;
-  std::optional<Clock::time_point> below_minimum_since_;
   int stop_signals_seen_ = 0;
-  std::string stopped_by_;  // why, for the workers' logs
-  int64_t next_epoch_ = 0;
   int64_t reported_epoch_ = -1;
-  std::string last_progress_;
-  // Members whose stats record is read: the live ones, plus those gone since
-  // the last poll for one final read (a worker publishes before it leaves).
-  std::set<uint64_t> stats_members_;
-  std::set<uint64_t> bad_stats_;  // members whose unreadable record was reported
-  Clock::time_point last_stats_poll_;
+  int64_t printed_epoch_ = 0;  // 1-based epoch of the last summary printed
+  std::set<uint64_t> bad_stats_;
+  Clock::time_point last_runtime_stats_;
 };
 
-void Controller::OnUpdate(const MembershipUpdate& update) {
-  if (update.kind == runtime::MembershipEventKind::kExited) ++exited_workers_;
-  if (update.kind != runtime::MembershipEventKind::kFailed) return;
-  metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
-  if (update.node_id == 0) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t failures = ++failures_by_node_[update.node_id];
-  if (failures < elastic_.blacklist_after) return;
-  // A node whose workers keep dying (bad GPU, full disk, flaky network) would
-  // cost a rollback each time: stop admitting it for a while.
-  failures_by_node_[update.node_id] = 0;
-  blacklisted_until_[update.node_id] =
-      Clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(elastic_.blacklist_seconds * 1000));
-  Say("driver: node " + std::to_string(update.node_id) + " blacklisted for " +
-      std::to_string(static_cast<int64_t>(elastic_.blacklist_seconds)) + " s after " +
-      std::to_string(failures) + " worker failures; its workers are not admitted");
+void ControllerActor::OnMembership(const std::string& payload) {
+  const MembershipUpdate update = runtime::DecodeMembershipUpdate(payload);
+  switch (update.kind) {
+    case runtime::MembershipEventKind::kFailed:
+      metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
+      Feed(event::Gone{update.member_id, true});
+      break;
+    case runtime::MembershipEventKind::kLeft:
+      Feed(event::Gone{update.member_id, false});
+      break;
+    case runtime::MembershipEventKind::kExited:
+      Feed(event::Exited{});
+      break;
+    case runtime::MembershipEventKind::kDraining:
+      for (const MemberInfo& m : update.view.members)
+        if (m.draining) Feed(event::Draining{m.id});
+      for (const MemberInfo& m : update.pending)
+        if (m.draining) Feed(event::Draining{m.id});
+      break;
+    default:
+      break;
+  }
+  OnNewView(update.view);
+  Feed(event::ViewChanged{update.view.generation, MemberIds(update.view)});
 }
 
-bool Controller::Blacklisted(uint64_t node_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = blacklisted_until_.find(node_id);
-  if (it == blacklisted_until_.end()) return false;
-  if (Clock::now() < it->second) return true;
-  blacklisted_until_.erase(it);
-  Say("driver: node " + std::to_string(node_id) + " is no longer blacklisted");
-  return false;
+void ControllerActor::OnNewView(const runtime::MembershipView& view) {
+  if (view.generation <= printed_generation_ || machine_.finished()) return;
+  printed_generation_ = view.generation;
+  generation_ = view.generation;
+  world_ = view.members.size();
+  generation_seen_ = Clock::now();
+  first_step_seen_ = false;
+  const std::vector<uint64_t> ids = MemberIds(view);
+  Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
+      " workers [" + Ids(ids) + "]");
+  metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
 }
 
-bool Controller::Draining(const MemberInfo& member) {
-  if (draining_since_.count(member.id) != 0) return true;
-  if (member.draining || kv_.Get(JobKey::Draining(member.id))) {
-    draining_since_[member.id] = Clock::now();
-    Say("driver: worker " + std::to_string(member.id) +
-        " is leaving (preemption notice); it leaves at the next epoch boundary");
-    return true;
-  }
-  return false;
-}
-
-void Controller::Publish(const std::vector<uint64_t>& ids, const std::string& reason) {
-  try {
-    const std::vector<MemberInfo> before = head_.Membership().view.members;
-    const runtime::MembershipView view = head_.PublishView(ids);
-    generation_reason_ = reason;
-    if (started_once_) {
-      size_t stayed = 0;
-      for (const MemberInfo& member : before)
-        stayed += std::count(ids.begin(), ids.end(), member.id);
-      if (ids.size() > stayed)
-        metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kJoin,
-                                                  ids.size() - stayed);
-      if (before.size() > stayed)
-        metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kLeave,
-                                                  before.size() - stayed);
-    }
-    started_once_ = true;
-    Say("driver: published generation " + std::to_string(view.generation) + " with " +
-        std::to_string(ids.size()) + " workers [" + Ids(ids) + "] (" + reason + ")");
-  } catch (const std::invalid_argument& e) {
-    // A member died between our read and the publication; the next poll retries.
-    Say(std::string("driver: view not published: ") + e.what());
-  }
-}
-
-void Controller::PollReports() {
-  if (!first_step_seen_) {
-    if (const std::optional<std::string> t = kv_.Get(JobKey::FirstStep(generation_))) {
-      first_step_seen_ = true;
-      const double since_view =
-          std::stod(*t) - (WallNow() - Seconds(Clock::now() - generation_seen_));
-      char line[256];
-      std::snprintf(line, sizeof(line),
-                    "driver: rescale: generation %llu (%zu workers, %s): first step %.3f s after "
-                    "the membership change",
-                    static_cast<unsigned long long>(generation_), world_, current_reason_.c_str(),
-                    since_view);
-      Say(line);
-      metrics_.OnRescale(since_view);
-    }
-  }
-  if (const std::optional<std::string> progress = kv_.Get(JobKey::kProgress)) {
-    if (*progress != last_progress_) {
-      last_progress_ = *progress;
-      if (const std::optional<ProgressReport> report = ParseProgressReport(*progress))
-        metrics_.OnProgress(*report);
-      unsigned long long gen = 0;
-      long long epoch = 0, step = 0, steps = 0, in_epoch = 0;
-      double images = 0, loss = 0, accuracy = 0, lr = 0;
-      int world = 0;
-      if (std::sscanf(progress->c_str(), "%llu %lld %lld %lld %lld %lf %lf %lf %lf %d", &gen,
-                      &epoch, &step, &steps, &in_epoch, &images, &loss, &accuracy, &lr,
-                      &world) == 10) {
-        if (epoch != reported_epoch_) {
-          reported_epoch_ = epoch;
-          reporter_.StartEpoch(epoch + 1, train_.epochs, steps);
-        }
-        reporter_.Step(in_epoch, step, static_cast<int64_t>(images), loss, accuracy, lr);
-      }
-    }
-  }
-  if (next_epoch_ == 0) {
-    if (const std::optional<std::string> epoch = kv_.Get(JobKey::kResumedAt))
-      next_epoch_ = std::stoll(*epoch);
-  }
-  while (const std::optional<std::string> summary = kv_.Get(JobKey::Epoch(next_epoch_))) {
-    reporter_.Note(summary->c_str());
-    if (const std::optional<EpochReport> report = ParseEpochReport(*summary))
-      metrics_.OnEpoch(*report);
-    ++next_epoch_;
-  }
-}
-
-void Controller::PollStats(const MembershipUpdate& m) {
-  last_stats_poll_ = Clock::now();
-  const runtime::HeadStats head = head_.stats();
-  metrics_.OnRuntimeStats(head.messages_received + head.messages_sent, head.heartbeats_missed);
-  std::set<uint64_t> live;
-  for (const MemberInfo& member : m.view.members) live.insert(member.id);
-  for (const MemberInfo& member : m.pending) live.insert(member.id);
-  stats_members_.insert(live.begin(), live.end());
-  for (uint64_t id : stats_members_) {
-    const std::optional<std::string> record = kv_.Get(JobKey::WorkerStats(id));
-    if (!record) continue;  // no step yet
-    try {
-      metrics_.OnWorkerStats(id, *record);
-    } catch (const std::invalid_argument& e) {
-      if (bad_stats_.insert(id).second) Say(std::string("driver: warning: ") + e.what());
-    }
-  }
-  stats_members_ = std::move(live);
-}
-
-int Controller::StopSignals() {
+void ControllerActor::OnTick() {
   const int signals = stop_signals.load();
-  if (signals == stop_signals_seen_) return signals;
-  stop_signals_seen_ = signals;
-  const std::string name = last_stop_signal.load() == SIGINT ? "SIGINT" : "SIGTERM";
-  stopped_by_ = "stopped by " + name + " to the driver";
-  if (signals == 1) {
-    Say("driver: " + name +
-        ": stopping the job at the next epoch boundary with a checkpoint (again: at the next "
-        "commit; a third time: at once, losing the work since the last commit)");
-  } else {
-    Say("driver: " + name + " again: stopping at the next commit (--commit-every)");
+  if (signals != stop_signals_seen_) {
+    stop_signals_seen_ = signals;
+    Feed(event::StopSignal{signals, last_stop_signal.load() == SIGINT ? "SIGINT" : "SIGTERM"});
   }
-  return signals;
+  if (Clock::now() - last_runtime_stats_ >= std::chrono::seconds(1)) {
+    last_runtime_stats_ = Clock::now();
+    const runtime::HeadStats head = head_.stats();
+    metrics_.OnRuntimeStats(head.messages_received + head.messages_sent, head.heartbeats_missed);
+  }
+  Feed(event::Tick{});
 }
 
-void Controller::WaitForEveryoneToLeave() {
-  // Workers poll for the end about once a second. A joiner's worker still
-  // loading its data registers only later, and must find the head there to
-  // learn that the job is over. Our own agent is the one node left.
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
+std::string ControllerActor::OnSpec() {
+  return EncodeMessage<proto::JobSpec>([this](proto::JobSpec::Builder spec) {
+    auto list = spec.initArgs(static_cast<unsigned>(args_.size()));
+    for (size_t i = 0; i < args_.size(); ++i) list.set(static_cast<unsigned>(i), args_[i]);
+  });
+}
+
+void ControllerActor::OnHello(const std::string& payload) {
+  MessageBytes bytes(payload, "hello");
+  const proto::Hello::Reader hello = bytes.Get<proto::Hello>();
+  // Only a member the head still has: one that died since has already been
+  // reported gone, and must not come back as a ghost.
+  const MembershipUpdate m = head_.Membership();
+  for (const std::vector<MemberInfo>* list : {&m.view.members, &m.pending}) {
+    for (const MemberInfo& member : *list) {
+      if (member.id != hello.getMemberId()) continue;
+      std::optional<StatePoint> holds;
+      if (hello.getHoldsCommit()) holds = FromProto(hello.getCommit());
+      return Feed(event::Registered{member.id, member.node_id, holds});
+    }
+  }
+}
+
+void ControllerActor::OnProgress(const std::string& payload) {
+  MessageBytes bytes(payload, "progress");
+  const proto::Progress::Reader p = bytes.Get<proto::Progress>();
+  ProgressReport report;
+  report.generation = p.getGeneration();
+  report.epoch = p.getEpoch();
+  report.step = p.getStep();
+  report.steps_in_epoch = p.getStepsInEpoch();
+  report.step_in_epoch = p.getStepInEpoch();
+  report.seen = p.getSeen();
+  report.loss = p.getLoss();
+  report.accuracy = p.getAccuracy();
+  report.lr = p.getLr();
+  report.world = p.getWorld();
+  metrics_.OnProgress(report);
+  if (report.epoch != reported_epoch_) {
+    reported_epoch_ = report.epoch;
+    reporter_.StartEpoch(report.epoch + 1, train_.epochs, report.steps_in_epoch);
+  }
+  reporter_.Step(report.step_in_epoch, report.step, static_cast<int64_t>(report.seen), report.loss,
+                 report.accuracy, report.lr);
+}
+
+void ControllerActor::OnEpoch(const std::string& payload) {
+  MessageBytes bytes(payload, "epoch summary");
+  const proto::EpochSummary::Reader e = bytes.Get<proto::EpochSummary>();
+  // An epoch redone after a failure between its summary and its boundary
+  // commit reports twice; the first one stands.
+  if (e.getEpoch() <= printed_epoch_) return;
+  printed_epoch_ = e.getEpoch();
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "epoch %lld/%lld world %d | train loss %.4f acc %.2f%% | test loss %.4f acc "
+                "%.2f%% | %.0f img/s | %.1fs",
+                static_cast<long long>(e.getEpoch()), static_cast<long long>(e.getEpochs()),
+                e.getWorld(), e.getTrainLoss(), 100 * e.getTrainAccuracy(), e.getTestLoss(),
+                100 * e.getTestAccuracy(), e.getImagesPerSecond(), e.getSeconds());
+  reporter_.Note(line);
+  EpochReport report;
+  report.epoch = e.getEpoch();
+  report.world = e.getWorld();
+  report.train_loss = e.getTrainLoss();
+  report.train_accuracy = e.getTrainAccuracy();
+  report.test_loss = e.getTestLoss();
+  report.test_accuracy = e.getTestAccuracy();
+  report.images_per_second = e.getImagesPerSecond();
+  report.seconds = e.getSeconds();
+  metrics_.OnEpoch(report);
+}
+
+void ControllerActor::OnCommit(const std::string& payload) {
+  MessageBytes bytes(payload, "commit report");
+  const proto::CommitReport::Reader c = bytes.Get<proto::CommitReport>();
+  const capnp::Data::Reader state = c.getState();
+  const bool copy = state.size() > 0;
+  if (copy && c.getGeneration() == machine_.generation())
+    copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
+  Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest()});
+}
+
+void ControllerActor::OnSynced(const std::string& payload) {
+  MessageBytes bytes(payload, "synced");
+  const proto::Synced::Reader s = bytes.Get<proto::Synced>();
+  Feed(event::Synced{s.getGeneration(), FromProto(s.getPoint())});
+}
+
+void ControllerActor::OnFirstStep(const std::string& payload) {
+  MessageBytes bytes(payload, "first step");
+  const proto::FirstStep::Reader f = bytes.Get<proto::FirstStep>();
+  if (first_step_seen_ || f.getGeneration() != generation_) return;
+  first_step_seen_ = true;
+  const double since_view =
+      f.getWallSeconds() - (WallNow() - Seconds(Clock::now() - generation_seen_));
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "driver: rescale: generation %llu (%zu workers, %s): first step %.3f s after the "
+                "membership change",
+                static_cast<unsigned long long>(generation_), world_, current_reason_.c_str(),
+                since_view);
+  Say(line);
+  metrics_.OnRescale(since_view);
+}
+
+void ControllerActor::OnCheckpoint(const std::string& payload) {
+  MessageBytes bytes(payload, "checkpoint");
+  Feed(event::CheckpointWritten{FromProto(bytes.Get<proto::CheckpointWritten>().getPoint())});
+}
+
+void ControllerActor::OnFault(const std::string& payload) {
+  MessageBytes bytes(payload, "fault");
+  const proto::Fault::Reader f = bytes.Get<proto::Fault>();
+  Feed(event::Fault{f.getGeneration(), f.getMemberId(), f.getReason().cStr(),
+                    f.getStateUnavailable()});
+}
+
+void ControllerActor::OnDraining(const std::string& payload) {
+  MessageBytes bytes(payload, "draining");
+  Feed(event::Draining{bytes.Get<proto::Draining>().getMemberId()});
+}
+
+void ControllerActor::OnDone(const std::string& payload) {
+  MessageBytes bytes(payload, "done");
+  const proto::Done::Reader d = bytes.Get<proto::Done>();
+  char line[256];
+  std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test accuracy %.2f%%%s",
+                static_cast<long long>(d.getEpochs()), static_cast<long long>(d.getSteps()),
+                100 * d.getTestAccuracy(), d.getEarlyStop() ? " (early stop)" : "");
+  reporter_.Note(line);
+  Feed(event::Done{});
+}
+
+void ControllerActor::OnStats(const std::string& payload) {
+  MessageBytes bytes(payload, "worker stats");
+  const proto::WorkerStats::Reader stats = bytes.Get<proto::WorkerStats>();
+  try {
+    metrics_.OnWorkerStats(stats.getMemberId(), FromProto(stats));
+  } catch (const std::invalid_argument& e) {
+    if (bad_stats_.insert(stats.getMemberId()).second)
+      Say(std::string("driver: warning: ") + e.what());
+  }
+}
+
+void ControllerActor::Carry(const action::Publish& publish) {
+  const std::vector<MemberInfo> before = head_.Membership().view.members;
+  runtime::MembershipView view;
+  try {
+    view = head_.PublishView(publish.members);
+  } catch (const std::invalid_argument& e) {
+    // A member died between the decision and the publication: the machine
+    // decides again on the head's view.
+    Say(std::string("driver: view not published: ") + e.what());
+    const MembershipUpdate now = head_.Membership();
+    return Feed(event::ViewChanged{now.view.generation, MemberIds(now.view)});
+  }
+  if (machine_.started() || generation_ > 0) {
+    size_t stayed = 0;
+    for (const MemberInfo& member : before)
+      stayed += std::count(publish.members.begin(), publish.members.end(), member.id);
+    if (publish.members.size() > stayed)
+      metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kJoin,
+                                                publish.members.size() - stayed);
+    if (before.size() > stayed)
+      metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kLeave,
+                                                before.size() - stayed);
+  }
+  Say("driver: published generation " + std::to_string(view.generation) + " with " +
+      std::to_string(publish.members.size()) + " workers [" + Ids(publish.members) + "] (" +
+      publish.reason + ")");
+  OnNewView(view);
+  Feed(event::ViewChanged{view.generation, publish.members});
+}
+
+void ControllerActor::Carry(const action::StartGeneration& start) {
+  current_reason_ = start.reason;
+  if (start.source.kind != SourceKind::kMember && start.source.kind != SourceKind::kFresh) {
+    Say("driver: generation " + std::to_string(start.generation) + " restores " +
+        ToString(start.source.kind) + " (" + ToString(start.source.point) + ")");
+  }
+  for (size_t rank = 0; rank < start.members.size(); ++rank) {
+    const std::string payload = EncodeMessage<proto::Generation>([&](proto::Generation::Builder g) {
+      g.setGeneration(start.generation);
+      auto ids = g.initMemberIds(static_cast<unsigned>(start.members.size()));
+      for (size_t i = 0; i < start.members.size(); ++i)
+        ids.set(static_cast<unsigned>(i), start.members[i]);
+      proto::StateSource::Builder source = g.initSource();
+      source.setKind(ToProto(start.source.kind));
+      source.setRank(start.source.rank);
+      ToProto(start.source.point, source.initPoint());
+      // Only rank 0 loads the copy; the others get it from rank 0's broadcast.
+      if (start.source.kind == SourceKind::kControllerCopy && rank == 0)
+        source.setState(AsData(copy_));
+      g.setStop(start.stop);
+      g.setReason(start.reason);
+    });
+    TellTrainer(start.members[rank], kMethodGeneration, payload);
+  }
+}
+
+void ControllerActor::Carry(const action::RequestStop& request) {
+  TellTrainer(request.member, kMethodRequest,
+              EncodeMessage<proto::StopRequest>([&](proto::StopRequest::Builder r) {
+                r.setGeneration(request.generation);
+                r.setAtNextCommit(request.at_next_commit);
+              }));
+}
+
+void ControllerActor::Carry(const action::TellOver& over) {
+  TellTrainer(
+      over.member, kMethodOver,
+      EncodeMessage<proto::JobOver>([&](proto::JobOver::Builder o) { o.setReason(over.reason); }));
+}
+
+void ControllerActor::Carry(const action::Finish& finish) {
+  if (finish_sent_) return;
+  finish_sent_ = true;
+  finished_.set_value(finish.exit_code);
+}
+
+void ControllerActor::TellTrainer(uint64_t member, const char* method, const std::string& payload) {
+  const MembershipUpdate m = head_.Membership();
+  for (const std::vector<MemberInfo>* list : {&m.view.members, &m.pending}) {
+    for (const MemberInfo& info : *list) {
+      if (info.id != member) continue;
+      try {
+        actors_.Remote(kTrainerActor, info.endpoint).Tell(method, payload);
+      } catch (const std::exception& e) {
+        Say("driver: could not tell worker " + std::to_string(member) + " (" + method +
+            "): " + e.what());
+      }
+      return;
+    }
+  }
+}
+
+// Keeps the head up until every worker, pending joiners included, has learnt
+// that the job is over and left, and the other machines' node agents are gone.
+void WaitForEveryoneToLeave(runtime::Head& head, std::chrono::seconds limit) {
+  const Clock::time_point deadline = Clock::now() + limit;
   while (Clock::now() < deadline) {
-    const MembershipUpdate m = head_.Membership();
-    if (m.view.members.empty() && m.pending.empty() && head_.stats().nodes_connected <= 1) break;
+    const MembershipUpdate m = head.Membership();
+    if (m.view.members.empty() && m.pending.empty() && head.stats().nodes_connected <= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  PollStats(head_.Membership());  // the final records of those who left
-}
-
-int Controller::StopWithCheckpoint(const std::vector<uint64_t>& view, const std::string& why) {
-  PollReports();  // the summary of the epoch we stopped after
-  kv_.Put(JobKey::kStop, why);
-  if (view.empty()) {
-    Say("driver: no worker is left to write a checkpoint from the last commit; the last "
-        "periodic checkpoint (if any) is in --checkpoint-dir");
-    return kExitStopped;
-  }
-  Publish(view, "stop: rank 0 writes the checkpoint of the last commit");
-  // The members sync on the last commit; rank 0 writes it and everyone exits.
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
-  while (Clock::now() < deadline && !head_.Membership().view.members.empty())
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  WaitForEveryoneToLeave();
-  if (!train_.checkpoint_dir.empty())
-    Say("driver: checkpoint of the last commit: " + train_.checkpoint_dir +
-        " (continue with --resume)");
-  return kExitStopped;
-}
-
-int Controller::Run() {
-  const Clock::time_point start = Clock::now();
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(elastic_.rendezvous_timeout * 1000));
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (const std::optional<std::string> done = kv_.Get(JobKey::kDone)) {
-      PollReports();
-      Say(*done);
-      WaitForEveryoneToLeave();
-      return kExitOk;
-    }
-    const int stops = StopSignals();
-    const MembershipUpdate m = head_.Membership();
-    if (m.view.generation != generation_) {
-      generation_ = m.view.generation;
-      world_ = m.view.members.size();
-      generation_seen_ = Clock::now();
-      first_step_seen_ = false;
-      last_request_.clear();
-      current_reason_ = generation_reason_.empty() ? "a worker failed or left" : generation_reason_;
-      generation_reason_.clear();
-      const std::vector<uint64_t> ids = MemberIds(m.view);
-      Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
-          " workers [" + Ids(ids) + "]");
-      metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
-    }
-    PollReports();
-    if (Clock::now() - last_stats_poll_ >= std::chrono::seconds(1)) PollStats(m);
-
-    // Who is in, who wants out, who waits to come in.
-    std::vector<uint64_t> staying;
-    std::vector<uint64_t> leaving;
-    bool drain_expired = false;
-    for (const MemberInfo& member : m.view.members) {
-      if (Draining(member)) {
-        leaving.push_back(member.id);
-        if (Seconds(Clock::now() - draining_since_[member.id]) > elastic_.drain_timeout)
-          drain_expired = true;
-      } else {
-        staying.push_back(member.id);
-      }
-    }
-    std::vector<uint64_t> joining;
-    for (const MemberInfo& member : m.pending) {
-      if (Draining(member) || Blacklisted(member.node_id)) continue;
-      if (elastic_.max_workers > 0 &&
-          static_cast<int64_t>(staying.size() + joining.size()) >= elastic_.max_workers)
-        break;
-      joining.push_back(member.id);
-    }
-    std::vector<uint64_t> next = staying;
-    next.insert(next.end(), joining.begin(), joining.end());
-
-    if (!started_) {
-      if (stops > 0) {
-        Say("driver: stopped before training started; nothing to checkpoint");
-        kv_.Put(JobKey::kStop, "the driver was stopped before training started");
-        WaitForEveryoneToLeave();
-        return kExitError;
-      }
-      // The first generation: every local worker, or --min-workers after the timeout.
-      // Workers load the data set before they register: give them at least
-      // two minutes on a loaded machine, whatever --rendezvous-timeout says.
-      const bool all_here = static_cast<int64_t>(joining.size()) >= elastic_.workers;
-      const bool timed_out =
-          Clock::now() - start > std::max<Clock::duration>(timeout, std::chrono::minutes(2));
-      // Workers that die while loading (no data set, bad flags) register
-      // nothing: say so now rather than after the timeout.
-      if (exited_workers_.load() >= elastic_.workers &&
-          static_cast<int64_t>(joining.size()) < elastic_.min_workers) {
-        Say("driver: error: all " + std::to_string(elastic_.workers) +
-            " workers exited before joining the job; their errors are above");
-        return kExitError;
-      }
-      if (all_here || (timed_out && static_cast<int64_t>(joining.size()) >= elastic_.min_workers)) {
-        started_ = true;
-        Publish(joining, "start");
-      } else if (timed_out) {
-        Say("driver: error: only " + std::to_string(joining.size()) + " of " +
-            std::to_string(elastic_.workers) + " workers registered within --rendezvous-timeout");
-        return kExitError;
-      }
-      continue;
-    }
-
-    const bool training = static_cast<int64_t>(m.view.members.size()) >= elastic_.min_workers;
-    if (!training) {
-      // Nobody trains: apply any change at once.
-      if (static_cast<int64_t>(next.size()) >= elastic_.min_workers) {
-        below_minimum_since_.reset();
-        Publish(next, std::to_string(joining.size()) + " joined below --min-workers");
-        continue;
-      }
-      if (!below_minimum_since_) {
-        below_minimum_since_ = Clock::now();
-        Say("driver: " + std::to_string(m.view.members.size()) +
-            " workers, below --min-workers=" + std::to_string(elastic_.min_workers) +
-            "; waiting up to --rendezvous-timeout for joins");
-      }
-      if (stops > 0) return StopWithCheckpoint(staying, stopped_by_);
-      if (Clock::now() - *below_minimum_since_ > timeout) {
-        const std::string message =
-            "driver: error: only " + std::to_string(staying.size()) + " workers for " +
-            std::to_string(static_cast<int64_t>(elastic_.rendezvous_timeout)) +
-            " s (--rendezvous-timeout), below --min-workers=" +
-            std::to_string(elastic_.min_workers) + "; stopping";
-        Say(message);
-        return StopWithCheckpoint(staying, message);
-      }
-      continue;
-    }
-    below_minimum_since_.reset();
-
-    if (kv_.Get(JobKey::Stopped(generation_))) {
-      if (stops > 0) return StopWithCheckpoint(MemberIds(m.view), stopped_by_);
-      // Rank 0 stopped where we asked: apply joins and leaves.
-      std::string reason;
-      if (!joining.empty()) reason += std::to_string(joining.size()) + " joined";
-      if (!leaving.empty())
-        reason += (reason.empty() ? "" : ", ") + std::to_string(leaving.size()) + " left";
-      if (reason.empty()) reason = "membership unchanged";
-      if (next.empty()) {
-        Say("driver: every worker is leaving; stopping");
-        kv_.Put(JobKey::kStop, "every worker left");
-        Publish(m.view.members.empty() ? next : std::vector<uint64_t>{m.view.members[0].id},
-                "last worker writes the checkpoint");
-        return kExitStopped;
-      }
-      Publish(next, reason);
-      continue;
-    }
-    if (stops > 0 || !joining.empty() || !leaving.empty()) {
-      const std::string request = drain_expired || stops >= 2 ? "now" : "epoch";
-      if (request != last_request_) {
-        last_request_ = request;
-        kv_.Put(JobKey::Request(generation_), request);
-      }
-    }
   }
 }
 
@@ -503,6 +524,25 @@ runtime::TransportOptions TransportFor(const ElasticOptions& elastic) {
 }
 
 }  // namespace
+
+ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& train) {
+  const auto ms = [](double seconds) { return static_cast<int64_t>(seconds * 1000); };
+  ControllerConfig config;
+  // A controller with no workers of its own starts once --min-workers joined.
+  config.initial_workers = elastic.controller_only ? elastic.min_workers : elastic.workers;
+  config.min_workers = elastic.min_workers;
+  config.max_workers = elastic.max_workers;
+  // Workers load the data set before they register: give them at least two
+  // minutes on a loaded machine, whatever --rendezvous-timeout says.
+  config.start_timeout_ms = std::max<int64_t>(ms(elastic.rendezvous_timeout), 120000);
+  config.rendezvous_timeout_ms = ms(elastic.rendezvous_timeout);
+  config.drain_timeout_ms = ms(elastic.drain_timeout);
+  config.blacklist_after = elastic.blacklist_after;
+  config.blacklist_ms = ms(elastic.blacklist_seconds);
+  config.resume = train.resume;
+  config.fault_give_up_ms = ms(elastic.rendezvous_timeout + elastic.step_timeout);
+  return config;
+}
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args) {
@@ -538,27 +578,62 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   client_options.token = head.token();
   client_options.name = "driver";
   client_options.transport = TransportFor(elastic);
-  runtime::HeadClient kv(client_options);
-  kv.Put(JobKey::kArgs, JoinJobArgs(args));
+  runtime::HeadClient client(client_options);
 
-  Controller controller(elastic, train, head, kv, metrics);
-  kv.Subscribe([&controller](const MembershipUpdate& update) { controller.OnUpdate(update); });
+  // The controller actor listens where the head does: a worker reaches it at
+  // the head's host (the one it already reaches) and this port.
+  runtime::ActorSystemOptions actor_options;
+  actor_options.token = head.token();
+  actor_options.listen_host = elastic.listen;
+  actor_options.advertise_host = LocalHostFor(elastic.listen);
+  actor_options.threads = 1;
+  actor_options.transport = TransportFor(elastic);
+  actor_options.head = &client;
+  actor_options.name = "controller";
+  runtime::ActorSystem actors(actor_options);
+  auto controller = std::make_shared<ControllerActor>(
+      elastic, train, args, ConfigFor(elastic, train), head, actors, metrics);
+  std::future<int> finished = controller->Finished();
+  const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
+  runtime::ForwardMembershipTo(client, ref);
+  std::atomic<bool> ticking{true};
+  std::thread ticker([&] {
+    while (ticking.load()) {
+      ref.Tell(kMethodTick, "");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
 
-  runtime::NodeAgentOptions agent_options;
-  agent_options.head_host = client_options.host;
-  agent_options.head_port = head.port();
-  agent_options.token = head.token();
-  agent_options.name = "driver-node";
-  agent_options.transport = TransportFor(elastic);  // passed on to its workers
-  agent_options.grace =
-      std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
-  runtime::NodeAgent agent(agent_options);
-  agent.SpawnWorkers(static_cast<uint32_t>(elastic.workers));
-  Say("driver: started " + std::to_string(elastic.workers) + " workers on node " +
-      std::to_string(agent.node_id()));
+  std::unique_ptr<runtime::NodeAgent> agent;
+  if (elastic.controller_only) {
+    Say("driver: controller only: waiting for --min-workers=" +
+        std::to_string(elastic.min_workers) + " workers to join (--join " +
+        LocalHostFor(elastic.listen) + ":" + std::to_string(head.port()) + ")");
+  } else {
+    runtime::NodeAgentOptions agent_options;
+    agent_options.head_host = client_options.host;
+    agent_options.head_port = head.port();
+    agent_options.token = head.token();
+    agent_options.name = "driver-node";
+    agent_options.transport = TransportFor(elastic);  // passed on to its workers
+    agent_options.grace =
+        std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
+    agent = std::make_unique<runtime::NodeAgent>(agent_options);
+    agent->SpawnWorkers(static_cast<uint32_t>(elastic.workers));
+    Say("driver: started " + std::to_string(elastic.workers) + " workers on node " +
+        std::to_string(agent->node_id()));
+  }
 
-  const int code = controller.Run();
-  if (controller.started()) {
+  const int code = finished.get();
+  // The members of a stop generation sync and rank 0 writes the checkpoint;
+  // then everyone, pending joiners included, learns the job is over and leaves.
+  WaitForEveryoneToLeave(head, std::chrono::seconds(code == kExitStopped ? 120 : 15));
+  ticking.store(false);
+  ticker.join();
+  if (code == kExitStopped && !train.checkpoint_dir.empty() && controller->started())
+    Say("driver: checkpoint of the last commit: " + train.checkpoint_dir +
+        " (continue with --resume)");
+  if (controller->started()) {
     try {
       Say("driver: report " +
           metrics.WriteReport(RunDirectory(elastic),
@@ -567,9 +642,9 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
       Say(std::string("driver: warning: no report: ") + e.what());
     }
   }
-  if (!agent.WaitForWorkers(std::chrono::seconds(60))) {
+  if (agent && !agent->WaitForWorkers(std::chrono::seconds(60))) {
     Say("driver: workers did not exit within 60 s; stopping them");
-    agent.StopWorkers();
+    agent->StopWorkers();
   }
   metrics.AwaitFinalScrape();
   return code;
@@ -603,6 +678,7 @@ int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
   try {
     if (elastic.role == "worker") return RunWorker();
     if (!elastic.join.empty()) return RunJoin(elastic);
+    // --controller-only is a driver without local workers.
     return RunDriver(elastic, train, args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cifar: error: %s\n", e.what());

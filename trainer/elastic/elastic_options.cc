@@ -9,6 +9,10 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddInt("workers", &o.workers,
            "elastic: start the driver (head + local node agent) and this many worker processes; "
            "with --join, the number of workers this node adds. 0: train in this process");
+  f.AddBool("controller-only", &o.controller_only,
+            "elastic: run the job's controller (head) and no workers, e.g. on a small on-demand "
+            "machine; every worker comes with --join. Training starts once --min-workers "
+            "workers joined");
   f.AddString("join", &o.join,
               "elastic: HOST:PORT of a running driver's head; run only a node agent that adds "
               "--workers workers (needs --token-file)");
@@ -44,6 +48,14 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddString("log-samples", &o.log_samples,
               "elastic (debug): directory where each worker logs the sample indices of every "
               "step with its (generation, epoch, position)");
+  f.AddInt("state-copy-every", &o.state_copy_every,
+           "elastic: rank 0 sends the controller a copy of the job's state every this many "
+           "commits, so that losing every worker at once costs at most the steps since then; "
+           "0: no copy (a mass loss falls back to the newest checkpoint, else the job stops)");
+  f.AddDouble("step-timeout", &o.step_timeout,
+              "elastic: seconds a training step may make no progress before its worker is "
+              "declared hung and leaves the job (collectives time out at half of it, at most "
+              "60 s, and the controller re-forms the generation)");
   f.AddInt("blacklist-after", &o.blacklist_after,
            "elastic: a node whose workers failed this many times is excluded for a while");
   f.AddDouble("blacklist-seconds", &o.blacklist_seconds,
@@ -62,7 +74,7 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
 }
 
 bool IsElasticRun(const ElasticOptions& o) {
-  return o.role == "worker" || o.workers > 0 || !o.join.empty();
+  return o.role == "worker" || o.workers > 0 || !o.join.empty() || o.controller_only;
 }
 
 void ParseHostPort(const std::string& text, std::string* host, uint16_t* port) {
@@ -86,6 +98,13 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
     if (o.workers < 1) throw FlagError("--join needs --workers K >= 1 (workers to add)");
     if (o.token_file.empty()) throw FlagError("--join needs --token-file (the cluster token)");
   }
+  if (o.controller_only && !o.join.empty())
+    throw FlagError("--controller-only and --join do not go together");
+  if (o.controller_only && o.workers > 0)
+    throw FlagError("--controller-only runs no workers: drop --workers (workers come with --join)");
+  if (o.state_copy_every < 0) throw FlagError("--state-copy-every must be >= 0");
+  if (!(o.step_timeout >= 1) || o.step_timeout > 86400)
+    throw FlagError("--step-timeout must be in [1, 86400] seconds");
   if (o.port < 0 || o.port > 65535) throw FlagError("--port must be in [0, 65535]");
   if (o.metrics_port < 0 || o.metrics_port > 65535)
     throw FlagError("--metrics-port must be in [0, 65535]");

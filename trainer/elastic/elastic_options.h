@@ -16,7 +16,9 @@ struct ElasticOptions {
   // with --join: a node agent only; "worker": a worker started by an agent.
   std::string role;
   int64_t workers = 0;  // local workers to start; 0: the single-process trainer
-  std::string join;     // HOST:PORT of an existing head
+  // The driver runs the controller (head) only; every worker comes with --join.
+  bool controller_only = false;
+  std::string join;  // HOST:PORT of an existing head
   std::string token_file;
   std::string listen = "127.0.0.1";
   int64_t port = 0;  // 0: the OS picks one (printed at start)
@@ -28,7 +30,11 @@ struct ElasticOptions {
   double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
   int64_t global_batch = 0;        // 0: per-worker --batch-size and lr x world size
   std::string log_samples;         // directory; "" = off
-  int64_t blacklist_after = 3;     // worker failures of one node before it is excluded
+  // Rank 0 sends the controller a copy of the state every this many commits
+  // (0: never; then losing every worker at once falls back to a checkpoint).
+  int64_t state_copy_every = 1;
+  double step_timeout = 300;    // seconds a step may make no progress before its worker is dropped
+  int64_t blacklist_after = 3;  // worker failures of one node before it is excluded
   double blacklist_seconds = 300;  // how long it stays excluded
   // The driver's Prometheus endpoint and the directory of its run report.
   std::string metrics_address = "127.0.0.1";

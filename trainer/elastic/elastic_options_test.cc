@@ -96,10 +96,29 @@ TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
   EXPECT_FALSE(IsElasticRun(ElasticOptions()));
 }
 
-TEST(ElasticOptionsTest, JobArgsRoundTripThroughBytes) {
-  const std::vector<std::string> args = {"--workers=4", "", "--data-dir=/a b/c", "--lr=0.1"};
-  EXPECT_EQ(SplitJobArgs(JoinJobArgs(args)), args);
-  EXPECT_TRUE(SplitJobArgs("").empty());
+TEST(ElasticOptionsTest, ControllerOnlyRunsNoWorkersAndTakesNoJoin) {
+  TrainOptions train;
+  ElasticOptions elastic;
+  elastic.controller_only = true;
+  EXPECT_TRUE(IsElasticRun(elastic));
+  EXPECT_NO_THROW(ValidateElasticOptions(elastic, train));
+  elastic.workers = 2;
+  EXPECT_THROW(ValidateElasticOptions(elastic, train), FlagError);
+  elastic.workers = 0;
+  elastic.join = "h:1";
+  EXPECT_THROW(ValidateElasticOptions(elastic, train), FlagError);
+}
+
+TEST(ElasticOptionsTest, StateCopyAndStepTimeoutBounds) {
+  TrainOptions train;
+  ElasticOptions elastic;
+  elastic.workers = 1;
+  elastic.state_copy_every = -1;
+  EXPECT_THROW(ValidateElasticOptions(elastic, train), FlagError);
+  elastic.state_copy_every = 0;
+  EXPECT_NO_THROW(ValidateElasticOptions(elastic, train));
+  elastic.step_timeout = 0.5;
+  EXPECT_THROW(ValidateElasticOptions(elastic, train), FlagError);
 }
 
 }  // namespace

@@ -62,6 +62,12 @@ JobController::JobController(ControllerConfig config, const RecoveredJob& recove
 std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
   now_ = now_ms;
   out_.clear();
+  if (finished_) {
+    // The job is over: a worker that still comes is told so; nothing else changes.
+    if (const auto* registered = std::get_if<event::Registered>(&event))
+      out_.push_back(action::TellOver{registered->member, over_reason_});
+    return std::move(out_);
+  }
   std::visit(
       [this](const auto& e) {
         using T = std::decay_t<decltype(e)>;

@@ -9,39 +9,6 @@
 
 namespace elastic::trainer {
 
-std::optional<ProgressReport> ParseProgressReport(const std::string& line) {
-  ProgressReport p;
-  unsigned long long generation = 0;
-  long long epoch = 0, step = 0, steps = 0, in_epoch = 0;
-  if (std::sscanf(line.c_str(), "%llu %lld %lld %lld %lld %lf %lf %lf %lf %d", &generation, &epoch,
-                  &step, &steps, &in_epoch, &p.seen, &p.loss, &p.accuracy, &p.lr, &p.world) != 10) {
-    return std::nullopt;
-  }
-  p.generation = generation;
-  p.epoch = epoch;
-  p.step = step;
-  p.steps_in_epoch = steps;
-  p.step_in_epoch = in_epoch;
-  return p;
-}
-
-std::optional<EpochReport> ParseEpochReport(const std::string& line) {
-  EpochReport e;
-  long long epoch = 0, epochs = 0;
-  double train_pct = 0, test_pct = 0;
-  if (std::sscanf(line.c_str(),
-                  "epoch %lld/%lld world %d | train loss %lf acc %lf%% | test loss %lf acc %lf%% | "
-                  "%lf img/s | %lfs",
-                  &epoch, &epochs, &e.world, &e.train_loss, &train_pct, &e.test_loss, &test_pct,
-                  &e.images_per_second, &e.seconds) != 9) {
-    return std::nullopt;
-  }
-  e.epoch = epoch;
-  e.train_accuracy = train_pct / 100;
-  e.test_accuracy = test_pct / 100;
-  return e;
-}
-
 JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_default) {
   try {
     exposer_ = std::make_unique<monitoring::MetricsExposer>(options);
@@ -115,8 +82,24 @@ void JobMetrics::AwaitFinalScrape() {
   if (exposer_) exposer_->AwaitNextScrape(std::chrono::seconds(60));
 }
 
-void JobMetrics::OnWorkerStats(uint64_t member_id, const std::string& text) {
-  const WorkerStatsRecord record = WorkerStatsRecord::Parse(text);
+void JobMetrics::OnWorkerStats(uint64_t member_id, const WorkerStatsRecord& record) {
+  auto refuse = [member_id](const std::string& why) {
+    return std::invalid_argument("worker stats of member " + std::to_string(member_id) + ": " +
+                                 why);
+  };
+  // A worker built with other buckets than this driver's histogram cannot be
+  // folded in without misplacing its counts.
+  const size_t buckets = monitoring::TrainingMetrics::AllreduceDurationBuckets().size() + 1;
+  if (record.allreduce_buckets.size() != buckets) {
+    throw refuse(std::to_string(record.allreduce_buckets.size()) +
+                 " allreduce buckets, the driver has " + std::to_string(buckets));
+  }
+  if (record.rank < -1) throw refuse("negative rank");
+  if (!(record.step_seconds >= 0) || std::isinf(record.step_seconds))
+    throw refuse("step time is not a finite number >= 0");
+  if (!(record.allreduce_seconds >= 0) || std::isinf(record.allreduce_seconds))
+    throw refuse("allreduce seconds are not a finite number >= 0");
+
   WorkerStatsRecord& last = workers_[member_id];
   if (last.allreduce_buckets.empty())
     last.allreduce_buckets.assign(record.allreduce_buckets.size(), 0);
@@ -124,14 +107,12 @@ void JobMetrics::OnWorkerStats(uint64_t member_id, const std::string& text) {
   std::vector<uint64_t> more(record.allreduce_buckets.size());
   for (size_t i = 0; i < more.size(); ++i) {
     if (record.allreduce_buckets[i] < last.allreduce_buckets[i])
-      throw std::invalid_argument("worker stats of member " + std::to_string(member_id) +
-                                  ": allreduce counts went back");
+      throw refuse("allreduce counts went back");
     more[i] = record.allreduce_buckets[i] - last.allreduce_buckets[i];
   }
   if (record.allreduce_seconds < last.allreduce_seconds ||
       record.allreduce_bytes < last.allreduce_bytes) {
-    throw std::invalid_argument("worker stats of member " + std::to_string(member_id) +
-                                ": allreduce seconds or bytes went back");
+    throw refuse("allreduce seconds or bytes went back");
   }
   if (record.allreduces() > last.allreduces() || record.allreduce_bytes > last.allreduce_bytes) {
     metrics_.AddAllreduces(more, record.allreduce_seconds - last.allreduce_seconds,

@@ -18,7 +18,7 @@
 
 namespace elastic::trainer {
 
-// Rank 0's progress value (JobKey::kProgress), one line of numbers.
+// Rank 0's progress after a step (proto::Progress, filled in by the driver).
 struct ProgressReport {
   uint64_t generation = 0;
   int64_t epoch = 0;  // 0-based
@@ -31,9 +31,8 @@ struct ProgressReport {
   double lr = 0;
   int world = 0;
 };
-std::optional<ProgressReport> ParseProgressReport(const std::string& line);
 
-// Rank 0's epoch summary line (JobKey::Epoch), as printed to the user.
+// Rank 0's summary of an epoch (proto::EpochSummary, filled in by the driver).
 struct EpochReport {
   int64_t epoch = 0;  // 1-based, as printed
   int world = 0;
@@ -42,7 +41,6 @@ struct EpochReport {
   double images_per_second = 0;
   double seconds = 0;
 };
-std::optional<EpochReport> ParseEpochReport(const std::string& line);
 
 class JobMetrics {
  public:
@@ -61,13 +59,15 @@ class JobMetrics {
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
-  // A worker's WorkerStatsRecord as read from JobKey::WorkerStats(member_id).
-  // Folds in what it counted since the last record of that member (so the same
-  // record read twice counts once), and sets its step time under its rank when
-  // the record is of the generation in force (a rank of an older one may now
-  // be someone else's). Throws std::invalid_argument, folding in nothing, for
-  // a record that cannot be read or whose counts went back.
-  void OnWorkerStats(uint64_t member_id, const std::string& record);
+  // A worker's cumulative WorkerStatsRecord, as member `member_id` sent it
+  // (proto::WorkerStats, see FromProto). Folds in what it counted since the
+  // last record of that member (so the same record delivered twice counts
+  // once), and sets its step time under its rank when the record is of the
+  // generation in force (a rank of an older one may now be someone else's).
+  // Throws std::invalid_argument, folding in nothing, for a record that cannot
+  // be folded in (other allreduce buckets than this driver's histogram, a
+  // negative or non-finite time, a rank below -1) or whose counts went back.
+  void OnWorkerStats(uint64_t member_id, const WorkerStatsRecord& record);
   // The head's cumulative counters (runtime::HeadStats): folds in the growth.
   void OnRuntimeStats(uint64_t messages, uint64_t heartbeats_missed);
 

@@ -5,35 +5,29 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "monitoring/testing/exposition.h"
 
 namespace elastic::trainer {
 namespace {
 
-TEST(JobMetricsTest, ParsesWhatRankZeroReports) {
-  // The exact formats worker.cc writes.
-  const auto p = ParseProgressReport("3 1 57 16 9 576 1.234567 0.437500 0.05 2");
-  ASSERT_TRUE(p);
-  EXPECT_EQ(p->generation, 3u);
-  EXPECT_EQ(p->epoch, 1);
-  EXPECT_EQ(p->step, 57);
-  EXPECT_DOUBLE_EQ(p->seen, 576);
-  EXPECT_DOUBLE_EQ(p->accuracy, 0.4375);
-  EXPECT_EQ(p->world, 2);
-  EXPECT_FALSE(ParseProgressReport("3 1 57"));
-
-  const auto e = ParseEpochReport(
-      "epoch 2/5 world 4 | train loss 2.0270 acc 22.07% | test loss 2.1111 acc 15.43% | 429 "
-      "img/s | 4.4s");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->epoch, 2);
-  EXPECT_EQ(e->world, 4);
-  EXPECT_NEAR(e->train_accuracy, 0.2207, 1e-9);
-  EXPECT_NEAR(e->test_accuracy, 0.1543, 1e-9);
-  EXPECT_DOUBLE_EQ(e->images_per_second, 429);
-  EXPECT_FALSE(ParseEpochReport("epoch 2/5 world"));
+// What the driver fills in from rank 0's proto::Progress and proto::EpochSummary.
+ProgressReport Progress(int64_t step, double seen, double loss, double accuracy) {
+  ProgressReport p;
+  p.generation = 2;
+  p.epoch = 0;
+  p.step = step;
+  p.steps_in_epoch = 16;
+  p.step_in_epoch = step;
+  p.seen = seen;
+  p.loss = loss;
+  p.accuracy = accuracy;
+  p.lr = 0.1;
+  p.world = 3;
+  return p;
 }
 
 TEST(JobMetricsTest, FeedsTheMetricsAndTheReport) {
@@ -45,11 +39,18 @@ TEST(JobMetricsTest, FeedsTheMetricsAndTheReport) {
   job.OnGeneration(2, 3);
   job.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
   job.OnRescale(0.25);
-  job.OnProgress(*ParseProgressReport("2 0 10 16 10 640 1.5 0.5 0.1 3"));
-  job.OnProgress(*ParseProgressReport("2 0 11 16 11 704 1.4 0.55 0.1 3"));
-  job.OnEpoch(*ParseEpochReport(
-      "epoch 1/2 world 3 | train loss 1.4 acc 55.00% | test loss 1.5 acc 50.00% | 300 img/s | "
-      "3.0s"));
+  job.OnProgress(Progress(10, 640, 1.5, 0.5));
+  job.OnProgress(Progress(11, 704, 1.4, 0.55));
+  EpochReport epoch;
+  epoch.epoch = 1;
+  epoch.world = 3;
+  epoch.train_loss = 1.4;
+  epoch.train_accuracy = 0.55;
+  epoch.test_loss = 1.5;
+  epoch.test_accuracy = 0.5;
+  epoch.images_per_second = 300;
+  epoch.seconds = 3.0;
+  job.OnEpoch(epoch);
   const std::string text = job.metrics().Serialize();
   EXPECT_NE(text.find("elastic_world_size 3"), std::string::npos) << text;
   EXPECT_NE(text.find("elastic_generation 2"), std::string::npos) << text;
@@ -93,18 +94,18 @@ Exposition Scrape(JobMetrics& job) { return ParseExposition(job.metrics().Serial
 
 // A record as a worker would publish it after `allreduces` calls of 2 ms and
 // `bytes` bytes in all, its last step (of 0.1 s) at `rank` in `generation`.
-std::string Record(uint64_t generation, int64_t rank, uint64_t allreduces, uint64_t bytes) {
+WorkerStatsRecord Record(uint64_t generation, int64_t rank, uint64_t allreduces, uint64_t bytes) {
   WorkerStats stats;
   for (uint64_t i = 0; i < allreduces; ++i) stats.ObserveAllreduce(0.002, bytes / allreduces);
   stats.ObserveStep(generation, rank, 0.1 * (rank + 1));
-  return stats.Snapshot().Encode();
+  return stats.Snapshot();
 }
 
 TEST(JobMetricsWorkerStatsTest, TheSameCumulativeRecordTwiceCountsOnce) {
   JobMetrics job = QuietJob();
   job.OnGeneration(1, 2);
   job.OnWorkerStats(11, Record(1, 0, 4, 4000));
-  job.OnWorkerStats(11, Record(1, 0, 4, 4000));  // read again before the next publish
+  job.OnWorkerStats(11, Record(1, 0, 4, 4000));  // delivered again
   job.OnWorkerStats(12, Record(1, 1, 4, 4000));
   Exposition e = Scrape(job);
   EXPECT_EQ(e.Value("elastic_allreduce_duration_seconds_count"), 8);
@@ -115,8 +116,8 @@ TEST(JobMetricsWorkerStatsTest, TheSameCumulativeRecordTwiceCountsOnce) {
   EXPECT_NEAR(*e.Value("elastic_rank_step_duration_seconds", {{"rank", "0"}}), 0.1, 1e-12);
   EXPECT_NEAR(*e.Value("elastic_rank_step_duration_seconds", {{"rank", "1"}}), 0.2, 1e-12);
 
-  // A later record of member 11 adds only what is new; one that was missed
-  // (overwritten before it was read) is included in it.
+  // A later record of member 11 adds only what is new; one that was never
+  // delivered is included in it.
   job.OnWorkerStats(11, Record(1, 0, 10, 10000));
   e = Scrape(job);
   EXPECT_EQ(e.Value("elastic_allreduce_duration_seconds_count"), 14);
@@ -132,7 +133,7 @@ TEST(JobMetricsWorkerStatsTest, CountersNeverDecreaseWhenARankIsReused) {
   // counts start from zero, but they are its own: the job's totals add up.
   job.OnGeneration(2, 1);
   job.OnGeneration(3, 2);
-  job.OnWorkerStats(2, Record(1, 1, 5, 500));  // the departed member's last record, read again
+  job.OnWorkerStats(2, Record(1, 1, 5, 500));  // the departed member's last record, again
   Exposition e = Scrape(job);
   EXPECT_EQ(e.Value("elastic_allreduce_duration_seconds_count"), 10);
   EXPECT_FALSE(e.Value("elastic_rank_step_duration_seconds", {{"rank", "1"}}))
@@ -148,7 +149,29 @@ TEST(JobMetricsWorkerStatsTest, BadOrBackwardRecordsAreRefusedAndFoldNothing) {
   JobMetrics job = QuietJob();
   job.OnGeneration(1, 1);
   job.OnWorkerStats(1, Record(1, 0, 6, 600));
-  EXPECT_THROW(job.OnWorkerStats(1, "garbage"), std::invalid_argument);
+  auto reason = [&job](const WorkerStatsRecord& record) {
+    try {
+      job.OnWorkerStats(1, record);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  WorkerStatsRecord bad = Record(1, 0, 9, 900);
+  bad.allreduce_buckets.resize(3);  // another histogram than the driver's
+  EXPECT_NE(reason(bad).find("3 allreduce buckets"), std::string::npos) << reason(bad);
+  bad = Record(1, 0, 9, 900);
+  bad.allreduce_buckets.push_back(1);
+  EXPECT_NE(reason(bad).find("allreduce buckets"), std::string::npos) << reason(bad);
+  bad = Record(1, 0, 9, 900);
+  bad.step_seconds = -0.5;
+  EXPECT_NE(reason(bad).find("step time"), std::string::npos) << reason(bad);
+  bad = Record(1, 0, 9, 900);
+  bad.allreduce_seconds = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_NE(reason(bad).find("allreduce seconds"), std::string::npos) << reason(bad);
+  bad = Record(1, 0, 9, 900);
+  bad.rank = -2;
+  EXPECT_NE(reason(bad).find("negative rank"), std::string::npos) << reason(bad);
   try {
     job.OnWorkerStats(1, Record(1, 0, 3, 300));
     FAIL() << "a record whose counts went back was folded in";

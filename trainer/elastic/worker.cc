@@ -1,9 +1,13 @@
 // One worker of an elastic job: the loop of docs/elastic.md.
 //
-//   wait for a view that contains me -> build the communicator of its
-//   generation -> sync from rank 0's last commit -> train until the epoch ends,
-//   a control flag says stop, or a collective fails -> (on failure) wait for
-//   the next view and start over from the commit.
+//   wait for the controller's next generation that contains me -> build the
+//   communicator of that generation -> restore the state its source holds ->
+//   train until the epoch ends, the controller asks to stop, or a collective
+//   fails -> (on failure) report the fault and wait for the next generation.
+//
+// Everything between this worker and the controller is a typed message
+// (control.capnp): the controller tells this process's trainer actor
+// (TrainerInbox) and the worker tells the controller actor.
 #include <signal.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -16,6 +20,7 @@
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -23,12 +28,14 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/gloo_communicator.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/tensor_ops.h"
 #include "models/registry.h"
+#include "runtime/actor.h"
 #include "runtime/head_client.h"
 #include "runtime/kv_store.h"
 #include "trainer/checkpoint.h"
@@ -37,11 +44,13 @@
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
 #include "trainer/elastic/accumulation.h"
+#include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/sampler.h"
 #include "trainer/elastic/source_address.h"
+#include "trainer/elastic/trainer_inbox.h"
 #include "trainer/elastic/worker_stats.h"
 #include "trainer/evaluate.h"
 #include "trainer/learner.h"
@@ -115,19 +124,90 @@ void MakeDirectories(const std::string& dir) {
 
 int64_t Limit(int64_t size, int64_t limit) { return limit > 0 ? std::min(size, limit) : size; }
 
+// Wedges this worker's step at a given step, for the test of the step
+// watchdog: ELASTIC_TEST_WEDGE_STEP="<worker index on its node>:<step>".
+int64_t WedgeStepFromEnvironment(uint32_t worker_index) {
+  const char* value = std::getenv("ELASTIC_TEST_WEDGE_STEP");
+  if (value == nullptr) return -1;
+  unsigned index = 0;
+  long long step = -1;
+  if (std::sscanf(value, "%u:%lld", &index, &step) != 2) {
+    throw std::runtime_error("ELASTIC_TEST_WEDGE_STEP: expected <worker index>:<step>, got '" +
+                             std::string(value) + "'");
+  }
+  return index == worker_index ? static_cast<int64_t>(step) : -1;
+}
+
+// Ends the process when a step makes no progress for --step-timeout: a worker
+// whose training thread is stuck (a wedged kernel, a deadlock) would otherwise
+// keep heartbeating from its other threads and hold the job. Collectives wait
+// at most the communicator's timeout (below the step timeout), so a worker
+// waiting for a stuck peer leaves its step with an error before this fires.
+class StepWatchdog {
+ public:
+  explicit StepWatchdog(std::chrono::milliseconds timeout)
+      : timeout_(timeout), thread_([this] { Watch(); }) {}
+  ~StepWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void Arm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_since_ = std::chrono::steady_clock::now();
+  }
+  void Disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_since_.reset();
+  }
+
+ private:
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+      if (armed_since_ && std::chrono::steady_clock::now() - *armed_since_ > timeout_) {
+        std::fprintf(stderr,
+                     "[worker pid %d] error: a step made no progress for %.1f s (--step-timeout): "
+                     "this worker is hung and leaves the job so that the others go on\n",
+                     static_cast<int>(::getpid()), std::chrono::duration<double>(timeout_).count());
+        std::fflush(stderr);
+        ::_exit(kExitError);
+      }
+    }
+  }
+
+  const std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::optional<std::chrono::steady_clock::time_point> armed_since_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 class Worker {
  public:
   // Owns the connection to the head, so that no membership callback can run
   // once the Worker is being destroyed.
-  Worker(std::unique_ptr<runtime::HeadClient> head, TrainOptions train, ElasticOptions elastic,
-         uint64_t node_id, uint32_t worker_index)
+  Worker(std::unique_ptr<runtime::HeadClient> head, std::unique_ptr<runtime::ActorSystem> actors,
+         runtime::Endpoint controller, TrainOptions train, ElasticOptions elastic, uint64_t node_id,
+         uint32_t worker_index)
       : train_(std::move(train)),
         elastic_(std::move(elastic)),
         node_id_(node_id),
         worker_index_(worker_index),
+        watchdog_(std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 1000))),
         client_(std::move(head)),
-        head_(*client_) {}
-  ~Worker() { client_.reset(); }
+        head_(*client_),
+        actors_(std::move(actors)),
+        controller_(actors_->Remote(kControllerActor, controller)) {}
+  ~Worker() {
+    actors_.reset();
+    client_.reset();
+  }
 
   int Run();
 
@@ -135,30 +215,53 @@ class Worker {
   enum class Outcome { kChange, kFailed, kDone, kStopped };
 
   void OnUpdate(const runtime::MembershipUpdate& update);
-  // The next view to train in, or nullopt when this worker should exit.
-  std::optional<MembershipView> WaitForView();
-  Outcome RunGeneration(const MembershipView& view);
+  // Aborts the communicators of generations older than `generation`.
+  void AbortOlderThan(uint64_t generation);
+  // The next generation to train in, or nullopt when this worker should exit.
+  std::optional<GenerationOrder> WaitForGeneration();
+  Outcome RunGeneration(const GenerationOrder& order);
+  // Rank 0 takes the state its source holds as its commit; false (after
+  // telling the controller) when it cannot.
+  bool LoadSource(const GenerationOrder& order, int rank);
   bool EveryRankHasItsOwnGpu(Communicator& comm);
-  void Sync(Communicator& comm, int rank);
+  void Sync(Communicator& comm, int rank, int root);
   // Trains from the learner's (epoch, position) to the next stop; see RunGeneration.
-  Outcome Train(Communicator& comm, const MembershipView& view, int rank);
+  Outcome Train(Communicator& comm, int world, int rank);
   // Allreduces the control vector at a commit point and takes the commit.
   // Returns true when rank 0 asked everyone to stop for a membership change.
   bool CommitPoint(Communicator& comm, int rank, bool epoch_boundary);
   EvalResult EvaluateShard(Communicator& comm, int rank, int world);
+  // The epoch's summary to the controller (rank 0, after the evaluation).
+  void ReportEpoch(const EvalResult& eval, int world, double eval_seconds);
   void WriteCheckpoint(const std::string& learner_bytes);
   void ReportDrainingOnce();
-  // Rank 0: puts JobKey::kProgress from the learner's progress and the last commit.
-  void PutProgress();
+  // Rank 0: tells the controller the learner's progress and the last commit.
+  void ReportProgress();
+  void ReportFault(const std::string& reason, bool state_unavailable);
+  void SendStats(bool always);
   void Log(const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+  // Sends a message of type T, filled by fill, to the controller.
+  template <typename T, typename Fill>
+  void Tell(const char* method, Fill fill) {
+    try {
+      controller_.Tell(method, EncodeMessage<T>(fill));
+    } catch (const std::exception& e) {
+      Log("could not reach the controller (%s): %s", method, e.what());
+    }
+  }
 
   bool Finished() const {
     const TrainingProgress& p = learner_->progress();
     return p.epoch >= train_.epochs || stopped_early_ ||
            (train_.max_steps > 0 && p.step >= train_.max_steps);
   }
+  StatePoint Point() const {
+    const TrainingProgress& p = learner_->progress();
+    return {p.epoch, p.position, p.step};
+  }
 
-  // What PutProgress needs besides the learner and the commit, as of the last step.
+  // What ReportProgress needs besides the learner and the commit, as of the last step.
   struct ProgressShape {
     int64_t steps_in_epoch = 0;
     int world = 1;
@@ -173,6 +276,8 @@ class Worker {
   uint32_t worker_index_;  // on its node: picks the GPU with --device=cuda
   uint64_t member_id_ = 0;
   torch::Device device_{torch::kCPU};
+  int64_t wedge_at_step_ = -1;  // ELASTIC_TEST_WEDGE_STEP
+  StepWatchdog watchdog_;
 
   std::shared_ptr<const Dataset> train_set_;
   std::shared_ptr<const Dataset> test_set_;
@@ -183,6 +288,9 @@ class Worker {
 
   std::unique_ptr<Learner> learner_;
   Commit commit_;
+  bool holds_commit_ = false;  // commit_ is the job's state (not only the fresh model)
+  int64_t commits_since_copy_ = 0;
+  double last_accuracy_ = 0;
   bool stopped_early_ = false;
   // Sums of the steps since the last commit point.
   struct Pending {
@@ -193,16 +301,16 @@ class Worker {
   std::FILE* sample_log_ = nullptr;
 
   std::mutex mutex_;
-  std::condition_variable view_changed_;
-  MembershipView latest_;              // guarded by mutex_
-  Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer view
+  uint64_t newest_generation_ = 0;     // guarded by mutex_: newest seen anywhere
+  runtime::MembershipView latest_;     // guarded by mutex_: the head's newest view
+  Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer generation
   // The generation's data plane: gradients and model buffers. On CUDA an NCCL
   // communicator over device memory, beside the Gloo one that carries the
   // control values and state bytes in host memory; on the CPU the Gloo one.
   Communicator* grad_comm_ = nullptr;  // guarded by mutex_ like live_comm_
   uint64_t last_generation_ = 0;
   // Set when a generation's rendezvous failed: the time to stop waiting for a
-  // view that would retry it, and why it failed.
+  // generation that would retry it, and why it failed.
   std::optional<std::chrono::steady_clock::time_point> give_up_at_;
   std::string rendezvous_error_;
   bool drain_reported_ = false;
@@ -215,9 +323,12 @@ class Worker {
   // head from, so workers on other machines (of the head's network) connect.
   std::string collectives_host_;
 
-  // Last: destroyed (in ~Worker, explicitly) before everything its callback touches.
+  // Last: destroyed (in ~Worker, explicitly) before everything their callbacks touch.
   std::unique_ptr<runtime::HeadClient> client_;
   runtime::HeadClient& head_;
+  std::unique_ptr<runtime::ActorSystem> actors_;
+  runtime::ActorRef controller_;
+  std::shared_ptr<TrainerInbox> inbox_;
 };
 
 void Worker::Log(const char* format, ...) {
@@ -232,17 +343,25 @@ void Worker::Log(const char* format, ...) {
 }
 
 void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (update.view.generation <= latest_.generation) return;
-  latest_ = update.view;
-  // A new generation ends the old one: whoever is still blocked in one of its
-  // collectives must not wait for a peer that is gone.
-  if (live_comm_ != nullptr && live_comm_->generation() < latest_.generation) live_comm_->Abort();
-  if (grad_comm_ != nullptr && grad_comm_->generation() < latest_.generation) grad_comm_->Abort();
-  view_changed_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (update.view.generation <= latest_.generation) return;
+    latest_ = update.view;
+  }
+  // The head's view changes before the controller's order arrives (a failure
+  // needs no decision): whoever is blocked in an old collective must not wait
+  // for a peer that is gone.
+  AbortOlderThan(update.view.generation);
 }
 
-void Worker::PutProgress() {
+void Worker::AbortOlderThan(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  newest_generation_ = std::max(newest_generation_, generation);
+  if (live_comm_ != nullptr && live_comm_->generation() < generation) live_comm_->Abort();
+  if (grad_comm_ != nullptr && grad_comm_->generation() < generation) grad_comm_->Abort();
+}
+
+void Worker::ReportProgress() {
   const TrainingProgress& p = learner_->progress();
   const ProgressShape& shape = progress_shape_;
   const int64_t per_step = shape.step_samples;
@@ -252,62 +371,77 @@ void Worker::PutProgress() {
   const double images = commit_.seen + pending_.step_samples;
   const double seen = images > 0 ? images : 1;
   const double scale = pending_.seen > 0 ? pending_.step_samples / pending_.seen : 0;
-  char line[256];
-  std::snprintf(line, sizeof(line), "%llu %lld %lld %lld %lld %.0f %.6f %.6f %.6g %d",
-                static_cast<unsigned long long>(generation_), static_cast<long long>(p.epoch),
-                static_cast<long long>(p.step), static_cast<long long>(shape.steps_in_epoch),
-                static_cast<long long>((p.position + per_step - 1) / per_step), images,
-                (commit_.loss_sum + scale * pending_.loss) / seen,
-                (commit_.correct + scale * pending_.correct) / seen, shape.lr, shape.world);
-  head_.Put(JobKey::kProgress, line);
+  Tell<proto::Progress>(kMethodProgress, [&](proto::Progress::Builder m) {
+    m.setGeneration(generation_);
+    m.setEpoch(p.epoch);
+    m.setStep(p.step);
+    m.setStepsInEpoch(shape.steps_in_epoch);
+    m.setStepInEpoch((p.position + per_step - 1) / per_step);
+    m.setSeen(images);
+    m.setLoss((commit_.loss_sum + scale * pending_.loss) / seen);
+    m.setAccuracy((commit_.correct + scale * pending_.correct) / seen);
+    m.setLr(shape.lr);
+    m.setWorld(shape.world);
+  });
 }
 
 void Worker::ReportDrainingOnce() {
   if (drain_reported_ || !g_terminate_requested.load()) return;
   drain_reported_ = true;
   Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
-  head_.Put(JobKey::Draining(member_id_), std::to_string(Now()));
+  Tell<proto::Draining>(kMethodDraining,
+                        [&](proto::Draining::Builder m) { m.setMemberId(member_id_); });
 }
 
-std::optional<MembershipView> Worker::WaitForView() {
-  auto last_poll = std::chrono::steady_clock::now();
+void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
+  Tell<proto::Fault>(kMethodFault, [&](proto::Fault::Builder m) {
+    m.setGeneration(generation_);
+    m.setMemberId(member_id_);
+    m.setReason(reason);
+    m.setStateUnavailable(state_unavailable);
+  });
+}
+
+void Worker::SendStats(bool always) {
+  const WorkerStatsPublisher::Sink send = [this](const WorkerStatsRecord& record) {
+    Tell<proto::WorkerStats>(
+        kMethodStats, [&](proto::WorkerStats::Builder m) { ToProto(member_id_, record, m); });
+  };
+  if (always) {
+    stats_publisher_.Publish(send);
+  } else {
+    stats_publisher_.PublishIfDue(send);
+  }
+}
+
+std::optional<GenerationOrder> Worker::WaitForGeneration() {
   while (true) {
     ReportDrainingOnce();
-    MembershipView view;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      view_changed_.wait_for(lock, std::chrono::milliseconds(200),
-                             [&] { return latest_.generation > last_generation_; });
-      view = latest_;
+    if (const std::optional<std::string> over = inbox_->Over()) {
+      Log("the job is over: %s", over->c_str());
+      return std::nullopt;
     }
-    if (view.generation > last_generation_) {
-      last_generation_ = view.generation;
+    const std::optional<GenerationOrder> order =
+        inbox_->Next(last_generation_, std::chrono::milliseconds(200));
+    if (order) {
+      last_generation_ = order->generation;
       give_up_at_.reset();
-      if (view.RankOf(member_id_) < 0) {
-        if (drain_reported_) return std::nullopt;  // left the job
-        continue;                                  // not admitted (yet)
-      }
-      if (static_cast<int64_t>(view.members.size()) >= elastic_.min_workers ||
-          head_.Get(JobKey::kStop)) {
-        return view;
-      }
-      Log("generation %llu has %zu workers, below --min-workers=%lld: waiting",
-          static_cast<unsigned long long>(view.generation), view.members.size(),
-          static_cast<long long>(elastic_.min_workers));
-      continue;
+      if (order->RankOf(member_id_) >= 0) return order;
+      if (drain_reported_) return std::nullopt;  // left the job
+      continue;                                  // not admitted (yet)
     }
-    if (drain_reported_ && view.RankOf(member_id_) < 0) return std::nullopt;
+    bool in_view = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_view = latest_.RankOf(member_id_) >= 0;
+    }
+    // A draining worker that is in no view has nothing to finish.
+    if (drain_reported_ && !in_view) return std::nullopt;
     if (give_up_at_ && std::chrono::steady_clock::now() > *give_up_at_) {
       throw FatalError("could not connect to the other workers of generation " +
                        std::to_string(last_generation_) + " (" + rendezvous_error_ +
                        ") and no membership change followed within --rendezvous-timeout: can "
                        "the workers' machines reach each other? (docs/operations.md, Addresses)");
-    }
-    if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(1)) {
-      last_poll = std::chrono::steady_clock::now();
-      // A job that ended or stopped before admitting us: nothing to join.
-      if (head_.Get(JobKey::kDone)) return std::nullopt;
-      if (view.RankOf(member_id_) < 0 && head_.Get(JobKey::kStop)) return std::nullopt;
     }
   }
 }
@@ -332,18 +466,22 @@ bool Worker::EveryRankHasItsOwnGpu(Communicator& comm) {
   return own;
 }
 
-void Worker::Sync(Communicator& comm, int rank) {
-  // Rank 0's commit is the job's state: everyone restores it.
-  std::string bytes = rank == 0 ? commit_.Encode() : std::string();
+void Worker::Sync(Communicator& comm, int rank, int root) {
+  // The root's commit is the job's state: everyone restores it.
+  std::string bytes = rank == root ? commit_.Encode() : std::string();
   int64_t size = static_cast<int64_t>(bytes.size());
-  comm.Broadcast(&size, 1, DataType::kInt64, 0);
+  comm.Broadcast(&size, 1, DataType::kInt64, root);
+  // A size no commit can have is a corrupt peer, not a reason to allocate it.
+  if (size < 0 || size > (int64_t{1} << 40))
+    throw FatalError("state size from the root is " + std::to_string(size));
   const size_t words = (static_cast<size_t>(size) + 7) / 8;
   std::vector<int64_t> buffer(words, 0);
-  if (rank == 0) std::memcpy(buffer.data(), bytes.data(), bytes.size());
-  comm.Broadcast(buffer.data(), words, DataType::kInt64, 0);
+  if (rank == root) std::memcpy(buffer.data(), bytes.data(), bytes.size());
+  comm.Broadcast(buffer.data(), words, DataType::kInt64, root);
   bytes.assign(reinterpret_cast<const char*>(buffer.data()), static_cast<size_t>(size));
   commit_ = Commit::Decode(bytes);
   learner_->RestoreState(commit_.learner);
+  holds_commit_ = true;
 
   const uint64_t mine = ParameterChecksum(learner_->parameters());
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
@@ -372,8 +510,8 @@ void Worker::Sync(Communicator& comm, int rank) {
 bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   double control[5] = {pending_.loss, pending_.correct, pending_.seen, pending_.seconds, 0};
   if (rank == 0) {
-    const std::optional<std::string> request = head_.Get(JobKey::Request(generation_));
-    if (request && (*request == "now" || (*request == "epoch" && epoch_boundary))) control[4] = 1;
+    const std::optional<bool> request = inbox_->Request(generation_);
+    if (request && (*request || epoch_boundary)) control[4] = 1;
   }
   comm.Allreduce(control, 5, DataType::kFloat64, ReduceOp::kSum);
   commit_.loss_sum += control[0];
@@ -383,12 +521,24 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   commit_.train_seconds += control[3] / comm.size();
   pending_ = Pending();
   commit_.learner = learner_->CaptureState();
-  stats_publisher_.PublishIfDue(head_);
+  holds_commit_ = true;
+  SendStats(false);
   const bool stop = control[4] > 0;
-  if (stop && rank == 0) {
-    const TrainingProgress& p = learner_->progress();
-    head_.Put(JobKey::Stopped(generation_),
-              std::to_string(p.epoch) + " " + std::to_string(p.position));
+  if (rank == 0) {
+    // The controller keeps a copy every --state-copy-every commits: with it,
+    // losing every worker at once costs at most the steps since that commit.
+    const bool copy =
+        elastic_.state_copy_every > 0 && ++commits_since_copy_ >= elastic_.state_copy_every;
+    if (copy) commits_since_copy_ = 0;
+    const std::string state = copy ? commit_.Encode() : std::string();
+    Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
+      m.setGeneration(generation_);
+      ToProto(Point(), m.initPoint());
+      if (copy)
+        m.setState(
+            capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
+      m.setStoppedOnRequest(stop);
+    });
   }
   return stop;
 }
@@ -428,12 +578,33 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
 void Worker::WriteCheckpoint(const std::string& learner_bytes) {
   if (train_.checkpoint_dir.empty()) return;
   MakeDirectories(train_.checkpoint_dir);
-  WriteCheckpointFile(CheckpointPath(train_.checkpoint_dir), learner_bytes);
-  Log("checkpoint written to %s", CheckpointPath(train_.checkpoint_dir).c_str());
+  const std::string path = CheckpointPath(train_.checkpoint_dir);
+  WriteCheckpointFile(path, learner_bytes);
+  Log("checkpoint written to %s", path.c_str());
+  Tell<proto::CheckpointWritten>(kMethodCheckpoint, [&](proto::CheckpointWritten::Builder m) {
+    ToProto(Point(), m.initPoint());
+    m.setPath(path);
+  });
 }
 
-Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, int rank) {
-  const int world = static_cast<int>(view.members.size());
+void Worker::ReportEpoch(const EvalResult& eval, int world, double eval_seconds) {
+  const TrainingProgress& p = learner_->progress();
+  const double seen = commit_.seen > 0 ? commit_.seen : 1;
+  last_accuracy_ = eval.accuracy();
+  Tell<proto::EpochSummary>(kMethodEpoch, [&](proto::EpochSummary::Builder m) {
+    m.setEpoch(p.epoch + 1);
+    m.setEpochs(train_.epochs);
+    m.setWorld(world);
+    m.setTrainLoss(commit_.loss_sum / seen);
+    m.setTrainAccuracy(commit_.correct / seen);
+    m.setTestLoss(eval.loss());
+    m.setTestAccuracy(eval.accuracy());
+    m.setImagesPerSecond(commit_.train_seconds > 0 ? commit_.seen / commit_.train_seconds : 0);
+    m.setSeconds(commit_.train_seconds + eval_seconds);
+  });
+}
+
+Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
   // Samples per optimizer step: --global-batch whatever the world, else
   // --batch-size per worker. Each rank loads its share of a step as one batch
   // and trains it in micro-batches of at most --batch-size, so the update is
@@ -505,7 +676,14 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         const double epochs_done =
             static_cast<double>(p.epoch) +
             static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
+        if (p.step == wedge_at_step_) {
+          Log("test fault (ELASTIC_TEST_WEDGE_STEP): wedging the training thread at step %lld",
+              static_cast<long long>(p.step));
+          while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        watchdog_.Arm();
         const StepStats stats = learner_->Step(micro, epochs_done, &hook);
+        watchdog_.Disarm();
         p.position = sampler_->NextPosition(p.position, step_samples);
         ++p.step;
         ++steps_since_commit;
@@ -519,9 +697,14 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
         pending_.seconds += step_seconds;
         stats_.ObserveStep(generation_, rank, step_seconds);
         if (rank == 0) {
-          if (first_step) head_.Put(JobKey::FirstStep(generation_), std::to_string(Now()));
+          if (first_step) {
+            Tell<proto::FirstStep>(kMethodFirstStep, [&](proto::FirstStep::Builder m) {
+              m.setGeneration(generation_);
+              m.setWallSeconds(Now());
+            });
+          }
           progress_shape_ = {steps_in_epoch, world, step_samples, stats.lr};
-          PutProgress();
+          ReportProgress();
         }
         first_step = false;
         const bool at_end =
@@ -536,25 +719,12 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
 
     // The epoch is trained (or cut by --max-steps): evaluate, then the boundary.
     // The last commit counted the epoch's final steps: report them too.
-    if (rank == 0) PutProgress();
+    if (rank == 0) ReportProgress();
     const auto eval_start = std::chrono::steady_clock::now();
     const EvalResult eval = EvaluateShard(comm, rank, world);
     const double eval_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
-    if (rank == 0) {
-      const double seen = commit_.seen > 0 ? commit_.seen : 1;
-      char line[512];
-      std::snprintf(line, sizeof(line),
-                    "epoch %lld/%lld world %d | train loss %.4f acc %.2f%% | test loss %.4f acc "
-                    "%.2f%% | %.0f img/s | %.1fs",
-                    static_cast<long long>(p.epoch + 1), static_cast<long long>(train_.epochs),
-                    world, commit_.loss_sum / seen, 100 * commit_.correct / seen, eval.loss(),
-                    100 * eval.accuracy(),
-                    commit_.train_seconds > 0 ? commit_.seen / commit_.train_seconds : 0,
-                    commit_.train_seconds + eval_seconds);
-      head_.Put(JobKey::Epoch(p.epoch), line);
-      head_.Put(JobKey::kLastAccuracy, std::to_string(eval.accuracy()));
-    }
+    if (rank == 0) ReportEpoch(eval, world, eval_seconds);
     const bool epoch_complete = p.position >= train_size_;
     if (!epoch_complete) break;  // --max-steps: the evaluation above was the last one
     stopped_early_ = learner_->EndEpoch(eval.loss());
@@ -571,26 +741,57 @@ Worker::Outcome Worker::Train(Communicator& comm, const MembershipView& view, in
   }
   if (rank == 0) {
     WriteCheckpoint(learner_->CaptureState());
-    const std::optional<std::string> accuracy = head_.Get(JobKey::kLastAccuracy);
-    char line[256];
-    std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test accuracy %.2f%%%s",
-                  static_cast<long long>(p.epoch), static_cast<long long>(p.step),
-                  accuracy ? 100 * std::stod(*accuracy) : 0.0,
-                  stopped_early_ ? " (early stop)" : "");
-    head_.Put(JobKey::kDone, line);
+    // An ask: the controller has the final numbers before any worker leaves.
+    const std::string done = EncodeMessage<proto::Done>([&](proto::Done::Builder m) {
+      m.setEpochs(p.epoch);
+      m.setSteps(p.step);
+      m.setTestAccuracy(last_accuracy_);
+      m.setEarlyStop(stopped_early_);
+    });
+    try {
+      controller_.Ask(kMethodDone, done, std::chrono::seconds(30)).get();
+    } catch (const std::exception& e) {
+      Log("the controller did not acknowledge the end of the job: %s", e.what());
+    }
   }
   return Outcome::kDone;
 }
 
-Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
-  generation_ = view.generation;
-  const int rank = view.RankOf(member_id_);
-  const int world = static_cast<int>(view.members.size());
+bool Worker::LoadSource(const GenerationOrder& order, int rank) {
+  if (rank != 0) return true;
+  const SourceKind kind = order.source.kind;
+  try {
+    if (kind == SourceKind::kResume || kind == SourceKind::kCheckpoint) {
+      const std::string path = CheckpointPath(train_.checkpoint_dir);
+      commit_ = Commit();
+      commit_.learner = ReadCheckpointFile(path);
+      Log("restoring %s from %s", ToString(kind), path.c_str());
+    } else if (kind == SourceKind::kControllerCopy) {
+      commit_ = Commit::Decode(order.state);
+      Log("restoring the controller's copy (%s, %zu bytes)", ToString(order.source.point).c_str(),
+          order.state.size());
+    }
+    return true;
+  } catch (const std::exception& e) {
+    Log("cannot load %s: %s", ToString(kind), e.what());
+    ReportFault(std::string("cannot load ") + ToString(kind) + ": " + e.what(), true);
+    return false;
+  }
+}
+
+Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
+  generation_ = order.generation;
+  const int rank = order.RankOf(member_id_);
+  const int world = static_cast<int>(order.members.size());
   world_ = world;
   collectives::GlooOptions gloo;
   gloo.hostname = collectives_host_;
   gloo.tag = "train";
-  gloo.default_timeout = std::chrono::seconds(60);
+  // Below the step timeout: a rank waiting for a hung peer leaves the
+  // collective (and reports the fault) before the hung one's watchdog fires.
+  gloo.default_timeout = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(60),
+      std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 500)));
   gloo.rendezvous_timeout = std::chrono::seconds(30);
   collectives::GlooCommunicatorFactory factory(head_, gloo);
   std::unique_ptr<Communicator> comm;
@@ -607,9 +808,10 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
           stats_);
     }
   } catch (const std::exception& e) {
-    Log("generation %llu: rendezvous failed (%s); waiting for the next view",
+    Log("generation %llu: rendezvous failed (%s); waiting for the next generation",
         static_cast<unsigned long long>(generation_), e.what());
-    // A member that died makes the head publish a new view. If none comes, the
+    ReportFault(std::string("rendezvous failed: ") + e.what(), false);
+    // The controller re-forms the generation. If nothing new comes, the
     // workers cannot reach each other, and waiting longer would hang the job.
     rendezvous_error_ = e.what();
     give_up_at_ =
@@ -621,7 +823,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     std::lock_guard<std::mutex> lock(mutex_);
     live_comm_ = comm.get();
     grad_comm_ = nccl ? nccl.get() : comm.get();
-    if (latest_.generation > generation_) {
+    if (newest_generation_ > generation_) {
       comm->Abort();
       grad_comm_->Abort();
     }
@@ -635,34 +837,39 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     learner_ =
         std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
                                   MakeLearnerOptions(scaled, train_set_->num_classes()), device_);
-    const bool first_sync = rank == 0 && !head_.Get(JobKey::kStarted);
-    if (first_sync && train_.resume) {
-      const std::string path = CheckpointPath(train_.checkpoint_dir);
-      commit_ = Commit();
-      commit_.learner = ReadCheckpointFile(path);
-      Log("resuming from %s", path.c_str());
-    }
-    Sync(*comm, rank);
-    if (first_sync) {
-      // Only after the sync: had it failed, the next generation's rank 0 (maybe
-      // another worker, holding the fresh model) must read the checkpoint.
-      head_.Put(JobKey::kStarted, "1");
-      if (train_.resume) head_.Put(JobKey::kResumedAt, std::to_string(learner_->progress().epoch));
-    }
-    if (const std::optional<std::string> stop = head_.Get(JobKey::kStop)) {
-      if (rank == 0) WriteCheckpoint(commit_.learner);
-      outcome = Outcome::kStopped;
-    } else {
-      pending_ = Pending();
-      outcome = Train(*comm, view, rank);
+    if (LoadSource(order, rank)) {
+      Sync(*comm, rank, order.source.kind == SourceKind::kMember ? order.source.rank : 0);
+      if (rank == 0) {
+        Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
+          m.setGeneration(generation_);
+          ToProto(Point(), m.initPoint());
+          m.setChecksum(ParameterChecksum(learner_->parameters()));
+        });
+      }
+      if (!order.stop.empty()) {
+        if (rank == 0) WriteCheckpoint(commit_.learner);
+        outcome = Outcome::kStopped;
+      } else {
+        pending_ = Pending();
+        outcome = Train(*comm, world, rank);
+      }
     }
   } catch (const CollectiveError& e) {
+    watchdog_.Disarm();
     const TrainingProgress& p = learner_->progress();
     Log("generation %llu failed (%s) at epoch %lld position %lld; restoring the last commit",
         static_cast<unsigned long long>(generation_), e.what(), static_cast<long long>(p.epoch),
         static_cast<long long>(p.position));
     comm->Abort();
     if (nccl) nccl->Abort();
+    bool superseded = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      superseded = newest_generation_ > generation_;
+    }
+    // A fault nobody else decided on (a reset connection, a collective timeout):
+    // the controller re-forms the generation.
+    if (!superseded) ReportFault(e.what(), false);
     outcome = Outcome::kFailed;
   }
   {
@@ -670,7 +877,7 @@ Worker::Outcome Worker::RunGeneration(const MembershipView& view) {
     live_comm_ = nullptr;
     grad_comm_ = nullptr;
   }
-  stats_publisher_.Publish(head_);  // the generation's last counts, before this worker may leave
+  SendStats(true);  // the generation's last counts, before this worker may leave
   return outcome;
 }
 
@@ -680,8 +887,8 @@ int Worker::Run() {
   } else {
     torch::set_num_threads(1);  // one process per core is the fast split on CPUs
   }
+  wedge_at_step_ = WedgeStepFromEnvironment(worker_index_);
   device_ = ResolveDevice(train_.device, worker_index_);
-  Log("training on %s", device_.str().c_str());
   train_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTrain);
   test_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTest);
   train_size_ = Limit(train_set_->size(), train_.train_samples);
@@ -693,7 +900,8 @@ int Worker::Run() {
   filler.threads = 1;
   filler_ = std::make_unique<Loader>(train_set_, filler);
 
-  // The initial commit: a freshly seeded model (rank 0's is what everyone gets).
+  // The model before the first sync: a freshly seeded one (rank 0's is what
+  // everyone gets, and only at the very start of a job).
   SeedTorch(static_cast<uint64_t>(train_.seed));
   learner_ =
       std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
@@ -702,11 +910,14 @@ int Worker::Run() {
 
   const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
   collectives_host_ = SourceAddressToward(env.head_host, env.head_port);
+  inbox_ = std::make_shared<TrainerInbox>([this](uint64_t g) { AbortOlderThan(g); });
+  actors_->Spawn(kTrainerActor, inbox_);
   head_.Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  member_id_ = head_.RegisterMember(std::string("worker@") + hostname, node_id_,
-                                    runtime::Endpoint{"127.0.0.1", 0});
+  member_id_ =
+      head_.RegisterMember(std::string("worker@") + hostname, node_id_, actors_->endpoint());
+  Log("training on %s", device_.str().c_str());
   if (!elastic_.log_samples.empty()) {
     MakeDirectories(elastic_.log_samples);
     const std::string path =
@@ -716,24 +927,28 @@ int Worker::Run() {
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
   stats_publisher_.SetMemberId(member_id_);
-  Log("registered (node %llu) from %s; waiting for a view",
+  Tell<proto::Hello>(kMethodHello, [&](proto::Hello::Builder m) {
+    m.setMemberId(member_id_);
+    m.setHoldsCommit(false);
+  });
+  Log("registered (node %llu) from %s; waiting for a generation",
       static_cast<unsigned long long>(node_id_), collectives_host_.c_str());
 
   while (true) {
-    const std::optional<MembershipView> view = WaitForView();
-    if (!view) {
+    const std::optional<GenerationOrder> order = WaitForGeneration();
+    if (!order) {
       Log("leaving the job");
       head_.Leave();
       return kExitOk;
     }
-    switch (RunGeneration(*view)) {
+    switch (RunGeneration(*order)) {
       case Outcome::kDone:
         Log("training finished");
         head_.Leave();  // a goodbye, so the head does not count it as a failure
         return kExitOk;
       case Outcome::kStopped:
         // The job's outcome is the driver's exit status; ours says we stopped cleanly.
-        Log("stopped: %s", head_.Get(JobKey::kStop).value_or("the driver stopped the job").c_str());
+        Log("stopped: %s", order->stop.c_str());
         head_.Leave();
         return kExitOk;
       case Outcome::kChange:
@@ -757,13 +972,26 @@ int RunWorker() {
     const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
     auto head = std::make_unique<runtime::HeadClient>(
         env.ClientOptions("worker-" + std::to_string(env.worker_index)));
+    // This process's actors: where the controller's messages arrive.
+    runtime::ActorSystemOptions actor_options;
+    actor_options.token = env.token;
+    actor_options.listen_host = SourceAddressToward(env.head_host, env.head_port);
+    actor_options.threads = 1;
+    actor_options.transport = env.transport;
+    actor_options.name = "worker-" + std::to_string(env.worker_index);
+    auto actors = std::make_unique<runtime::ActorSystem>(actor_options);
+    const runtime::Endpoint controller =
+        head->LookupActor(kControllerActor, std::chrono::seconds(60));
     // The job's flags, the same for every worker wherever it was started.
-    const std::vector<std::string> args =
-        SplitJobArgs(head->Wait(JobKey::kArgs, std::chrono::seconds(60)));
+    const std::string spec = actors->Remote(kControllerActor, controller)
+                                 .Ask(kMethodSpec, "", std::chrono::seconds(60))
+                                 .get();
+    MessageBytes bytes(spec, "job spec");
     TrainOptions train;
     ElasticOptions elastic;
-    ParseJobArgs(args, &train, &elastic);
-    Worker worker(std::move(head), train, elastic, env.node_id, env.worker_index);
+    ParseJobArgs(ToStrings(bytes.Get<proto::JobSpec>().getArgs()), &train, &elastic);
+    Worker worker(std::move(head), std::move(actors), controller, train, elastic, env.node_id,
+                  env.worker_index);
     return worker.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[worker pid %d] error: %s\n", static_cast<int>(::getpid()), e.what());

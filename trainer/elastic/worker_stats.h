@@ -1,24 +1,25 @@
 // What a worker measures about itself for the driver's metrics: the wall time
 // and payload of every allreduce it runs, and its own step time.
 //
-// Workers report through the head's key-value store, the channel they already
-// share with the driver: each one puts a WorkerStatsRecord under
-// JobKey::WorkerStats(member id). The record is cumulative since the worker
-// started (allreduce counts per histogram bucket, their summed seconds and
-// bytes), so the driver folds in the difference from the last record it read:
-// a record read twice, or one overwritten before it was read, counts exactly
-// once. A member id is never reused, so a worker that takes the rank of one
-// that left starts from zero and the job's counters only grow.
+// Workers send their WorkerStatsRecord to the job controller as a typed
+// message (proto::WorkerStats in control.capnp, tell "stats"; ToProto and
+// FromProto below convert), not through the key-value store. The record is
+// cumulative since the worker started (allreduce counts per histogram bucket,
+// their summed seconds and bytes), so the driver folds in the difference from
+// the last record it got: a record delivered twice, or one that was never
+// delivered, counts exactly once. A member id is never reused, so a worker
+// that takes the rank of one that left starts from zero and the job's counters
+// only grow.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <vector>
 
-#include "runtime/kv_store.h"
+#include "trainer/elastic/control.capnp.h"
 
 namespace elastic::trainer {
 
@@ -35,12 +36,13 @@ struct WorkerStatsRecord {
   uint64_t allreduce_bytes = 0;
 
   uint64_t allreduces() const;
-
-  // One line of text: "v1 <generation> <rank> <step s> <sum s> <bytes> <n> <n counts>".
-  std::string Encode() const;
-  // Throws std::invalid_argument naming what is wrong with `text`.
-  static WorkerStatsRecord Parse(const std::string& text);
 };
+
+// The record of member `member_id` as the message it sends, and back. The
+// fields map one to one; FromProto checks nothing (JobMetrics::OnWorkerStats
+// refuses a record it cannot fold in).
+void ToProto(uint64_t member_id, const WorkerStatsRecord& record, proto::WorkerStats::Builder out);
+WorkerStatsRecord FromProto(proto::WorkerStats::Reader in);
 
 // Accumulates one worker's measurements; thread-safe (allreduces may complete
 // on any thread), cheap: a short critical section per call.
@@ -57,18 +59,22 @@ class WorkerStats {
   WorkerStatsRecord record_;  // guarded by mutex_
 };
 
-// Puts a worker's record under its key in `store`: Publish at once,
-// PublishIfDue at most once per `interval` (called at every commit point, which
-// can be every step). Nothing before SetMemberId: no one could read it.
+// Hands a worker's record to `send` (which sends it to the controller):
+// Publish at once, PublishIfDue at most once per `interval` (called at every
+// commit point, which can be every step). Nothing before SetMemberId: the
+// controller could not tell whose record it is.
 class WorkerStatsPublisher {
  public:
+  using Sink = std::function<void(const WorkerStatsRecord&)>;
+
   explicit WorkerStatsPublisher(const WorkerStats& stats,
                                 std::chrono::milliseconds interval = std::chrono::seconds(1));
 
   // The member id is known only once the worker registered.
   void SetMemberId(uint64_t member_id) { member_id_ = member_id; }
-  void Publish(runtime::KeyValueStore& store);
-  void PublishIfDue(runtime::KeyValueStore& store);
+  uint64_t member_id() const { return member_id_; }  // 0 before SetMemberId
+  void Publish(const Sink& send);
+  void PublishIfDue(const Sink& send);
 
  private:
   const WorkerStats& stats_;

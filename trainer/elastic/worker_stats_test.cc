@@ -1,12 +1,12 @@
 #include "trainer/elastic/worker_stats.h"
 
+#include <capnp/message.h>
 #include <gtest/gtest.h>
 
-#include <map>
 #include <thread>
+#include <vector>
 
 #include "monitoring/training_metrics.h"
-#include "trainer/elastic/job_keys.h"
 
 namespace elastic::trainer {
 namespace {
@@ -14,25 +14,6 @@ namespace {
 const std::vector<double>& Bounds() {
   return monitoring::TrainingMetrics::AllreduceDurationBuckets();
 }
-
-// The head's store as far as the publisher cares: puts land in a map.
-class MapStore : public runtime::KeyValueStore {
- public:
-  void Put(const std::string& key, const std::string& value) override {
-    values[key] = value;
-    ++puts;
-  }
-  std::optional<std::string> Get(const std::string& key) override {
-    auto it = values.find(key);
-    if (it == values.end()) return std::nullopt;
-    return it->second;
-  }
-  std::string Wait(const std::string& key, std::chrono::milliseconds) override {
-    return Get(key).value();
-  }
-  std::map<std::string, std::string> values;
-  int puts = 0;
-};
 
 TEST(WorkerStatsTest, BucketsAllreducesLikePrometheusDoes) {
   WorkerStats stats;
@@ -51,56 +32,65 @@ TEST(WorkerStatsTest, BucketsAllreducesLikePrometheusDoes) {
   EXPECT_EQ(r.rank, -1);  // no step yet
 }
 
-TEST(WorkerStatsTest, RecordSurvivesItsTextForm) {
+TEST(WorkerStatsTest, RecordSurvivesItsMessage) {
   WorkerStats stats;
   stats.ObserveAllreduce(0.00123456789, 1 << 20);
+  stats.ObserveAllreduce(60, 3);
   stats.ObserveStep(7, 3, 0.25);
   const WorkerStatsRecord r = stats.Snapshot();
-  const WorkerStatsRecord back = WorkerStatsRecord::Parse(r.Encode());
+  capnp::MallocMessageBuilder message;
+  ToProto(42, r, message.initRoot<proto::WorkerStats>());
+
+  const proto::WorkerStats::Reader in = message.getRoot<proto::WorkerStats>().asReader();
+  EXPECT_EQ(in.getMemberId(), 42u);
+  ASSERT_EQ(in.getAllreduceBuckets().size(), Bounds().size() + 1);
+  const WorkerStatsRecord back = FromProto(in);
   EXPECT_EQ(back.generation, 7u);
   EXPECT_EQ(back.rank, 3);
   EXPECT_EQ(back.step_seconds, 0.25);
-  EXPECT_EQ(back.allreduce_seconds, r.allreduce_seconds);  // exactly: %.17g
-  EXPECT_EQ(back.allreduce_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(back.allreduce_seconds, r.allreduce_seconds);  // exactly: a Float64
+  EXPECT_EQ(back.allreduce_bytes, (uint64_t{1} << 20) + 3);
   EXPECT_EQ(back.allreduce_buckets, r.allreduce_buckets);
+  EXPECT_EQ(back.allreduces(), 2u);
 }
 
-TEST(WorkerStatsTest, BadRecordsAreRefusedWithTheReason) {
-  const std::string good = WorkerStats().Snapshot().Encode();
-  EXPECT_NO_THROW(WorkerStatsRecord::Parse(good));
-  auto reason = [](const std::string& text) {
-    try {
-      WorkerStatsRecord::Parse(text);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
-  EXPECT_NE(reason("v2 1 0 0 0 0 0").find("not a v1 record"), std::string::npos);
-  EXPECT_NE(reason("v1 1 0 0.1").find("truncated"), std::string::npos);
-  EXPECT_NE(reason("v1 1 0 -0.5 0 0 17").find("step time"), std::string::npos);
-  EXPECT_NE(reason("v1 1 0 0 0 0 3 1 2 3").find("3 allreduce buckets"), std::string::npos);
-  EXPECT_NE(reason(good.substr(0, good.rfind(' '))).find("fewer bucket counts"), std::string::npos);
-  EXPECT_NE(reason(good + " 9").find("more values"), std::string::npos);
+TEST(WorkerStatsTest, ARecordBeforeTheFirstStepSurvivesItsMessageToo) {
+  capnp::MallocMessageBuilder message;
+  ToProto(1, WorkerStats().Snapshot(), message.initRoot<proto::WorkerStats>());
+  const WorkerStatsRecord back = FromProto(message.getRoot<proto::WorkerStats>().asReader());
+  EXPECT_EQ(back.rank, -1);
+  EXPECT_EQ(back.generation, 0u);
+  EXPECT_EQ(back.allreduce_buckets, std::vector<uint64_t>(Bounds().size() + 1, 0));
 }
 
-TEST(WorkerStatsTest, PublisherPutsUnderTheMemberKeyAtMostOncePerInterval) {
+TEST(WorkerStatsTest, PublisherSendsAtMostOncePerInterval) {
   WorkerStats stats;
-  MapStore store;
+  std::vector<WorkerStatsRecord> sent;
+  const WorkerStatsPublisher::Sink sink = [&](const WorkerStatsRecord& r) { sent.push_back(r); };
   WorkerStatsPublisher publisher(stats, std::chrono::hours(1));
-  publisher.PublishIfDue(store);  // not registered yet: nowhere to put it
-  EXPECT_EQ(store.puts, 0);
+  EXPECT_EQ(publisher.member_id(), 0u);
+  publisher.PublishIfDue(sink);  // not registered yet: no one could tell whose it is
+  publisher.Publish(sink);
+  EXPECT_TRUE(sent.empty());
   publisher.SetMemberId(42);
+  EXPECT_EQ(publisher.member_id(), 42u);
   stats.ObserveAllreduce(0.001, 8);
-  publisher.PublishIfDue(store);
-  ASSERT_EQ(store.puts, 1);
-  EXPECT_EQ(WorkerStatsRecord::Parse(store.values.at(JobKey::WorkerStats(42))).allreduces(), 1u);
+  publisher.PublishIfDue(sink);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].allreduces(), 1u);
   stats.ObserveAllreduce(0.001, 8);
-  publisher.PublishIfDue(store);  // within the hour: skipped
-  EXPECT_EQ(store.puts, 1);
-  publisher.Publish(store);  // at the end of a generation: always
-  EXPECT_EQ(store.puts, 2);
-  EXPECT_EQ(WorkerStatsRecord::Parse(store.values.at(JobKey::WorkerStats(42))).allreduces(), 2u);
+  publisher.PublishIfDue(sink);  // within the hour: skipped
+  EXPECT_EQ(sent.size(), 1u);
+  publisher.Publish(sink);  // at the end of a generation: always
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1].allreduces(), 2u);
+  EXPECT_EQ(sent[1].allreduce_bytes, 16u);
+
+  WorkerStatsPublisher eager(stats, std::chrono::milliseconds(0));
+  eager.SetMemberId(43);
+  eager.PublishIfDue(sink);
+  eager.PublishIfDue(sink);  // the interval is over at once
+  EXPECT_EQ(sent.size(), 4u);
 }
 
 TEST(WorkerStatsTest, ConcurrentObservationsLoseNothing) {
