@@ -490,4 +490,145 @@ TEST(ElasticTest, ChaosThenInvariants) {
   CheckSamples(dir, 4);
 }
 
+// --- The job survives what a spot cluster does to it (docs/elastic.md, "Where
+// a generation's state comes from").
+
+// The step of the state the first generation after `generation` restored
+// (from any rank's sync line), or -1.
+int64_t StepRestoredAfter(const std::string& output, int generation) {
+  const std::regex re(
+      "params generation=(\\d+) rank=0 world=\\d+ checksum=[0-9a-f]+ "
+      "epoch=\\d+ position=\\d+ step=(\\d+)");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    if (std::stoi((*it)[1]) > generation) return std::stoll((*it)[2]);
+  return -1;
+}
+
+// A 2-worker job of 3 epochs (48 steps each, commits every 8 steps) whose
+// workers are all killed at once in epoch 2 after its step 12 (the last commit
+// is then at step 56, the last checkpoint at the epoch boundary, step 48);
+// with `join`, one worker joins afterwards. Returns the driver's exit code.
+int EveryWorkerKilled(const std::string& dir, const std::vector<std::string>& extra, bool join,
+                      std::string* output) {
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--token-file=" + dir + "/token");
+  args.insert(args.end(), extra.begin(), extra.end());
+  Process driver(args, dir + "/driver.log");
+  const std::string port = HeadPort(driver);
+  const pid_t first = WorkerPid(driver, 1, 0);
+  const pid_t second = WorkerPid(driver, 1, 1);
+  EXPECT_TRUE(first > 0 && second > 0 && WaitForStep(driver, 2, 12)) << driver.Output();
+  ::kill(first, SIGKILL);
+  ::kill(second, SIGKILL);
+  std::unique_ptr<Process> joiner;
+  if (join) {
+    EXPECT_FALSE(
+        driver.WaitFor("driver: generation \\d+: 0 workers", std::chrono::seconds(60)).empty())
+        << driver.Output();
+    joiner = std::make_unique<Process>(
+        std::vector<std::string>{kBinary, "--join=127.0.0.1:" + port, "--workers=1",
+                                 "--token-file=" + dir + "/token"},
+        dir + "/join.log");
+  }
+  const int code = driver.Wait(std::chrono::seconds(400));
+  *output = driver.Output() + (joiner ? joiner->Output() : "");
+  return code;
+}
+
+// The common spot event: every worker reclaimed at once. The next worker to
+// join continues from the controller's copy of the last commit (no disk read).
+TEST(ElasticTest, EveryWorkerKilledThenAJoinContinuesFromTheControllersCopy) {
+  const std::string dir = FreshTempDir("massloss-copy");
+  std::string output;
+  ASSERT_EQ(EveryWorkerKilled(dir, {}, true, &output), 0) << output;
+  EXPECT_NE(output.find("restores the controller's copy"), std::string::npos) << output;
+  EXPECT_GE(StepRestoredAfter(output, 2), 56) << "at least the last commit before the kill\n"
+                                              << output;
+  EXPECT_NE(output.find("epoch 3/3 world 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 3);
+}
+
+// Without the copy, the newest checkpoint (written at the epoch boundary).
+TEST(ElasticTest, EveryWorkerKilledWithoutACopyContinuesFromTheCheckpoint) {
+  const std::string dir = FreshTempDir("massloss-checkpoint");
+  std::string output;
+  ASSERT_EQ(EveryWorkerKilled(dir, {"--state-copy-every=0"}, true, &output), 0) << output;
+  EXPECT_NE(output.find("restores the newest checkpoint (epoch 2 position 0 step 48)"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(StepRestoredAfter(output, 2), 48) << output;
+  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 3);
+}
+
+// With neither, the job stops (exit 3) and says what was lost; it never
+// restarts from a fresh model, and no checkpoint is written over anything.
+TEST(ElasticTest, EveryWorkerKilledWithNoSourceLeftStopsAndSaysSo) {
+  const std::string dir = FreshTempDir("massloss-none");
+  std::string output;
+  ASSERT_EQ(
+      EveryWorkerKilled(dir, {"--state-copy-every=0", "--checkpoint-every=100"}, false, &output), 3)
+      << output;
+  EXPECT_NE(output.find("every worker was lost at epoch 2"), std::string::npos) << output;
+  EXPECT_NE(output.find("no other copy of the job's state exists"), std::string::npos) << output;
+  // Only generation 1 started from a fresh model.
+  EXPECT_FALSE(
+      std::regex_search(output, std::regex("params generation=([2-9]|\\d\\d+) rank=\\d+ world=\\d+ "
+                                           "checksum=[0-9a-f]+ epoch=0 position=0 step=0\\n")))
+      << output;
+  struct stat info;
+  EXPECT_NE(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0) << output;
+}
+
+// The spot layout: a controller with no workers on a safe machine, every
+// worker joining from elsewhere.
+TEST(ElasticTest, ControllerWithoutWorkersAndTwoJoiningNodes) {
+  const std::string dir = FreshTempDir("controller-only");
+  std::vector<std::string> args = JobArgs(dir, 2, 2);
+  args.erase(std::remove(args.begin(), args.end(), std::string("--workers=2")), args.end());
+  args.push_back("--controller-only");
+  args.push_back("--min-workers=2");
+  args.push_back("--token-file=" + dir + "/token");
+  Process driver(args, dir + "/driver.log");
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << driver.Output();
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Process>(
+        std::vector<std::string>{kBinary, "--join=127.0.0.1:" + port, "--workers=1",
+                                 "--token-file=" + dir + "/token"},
+        dir + "/join" + std::to_string(i) + ".log"));
+  }
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output() + nodes[0]->Output() + nodes[1]->Output();
+  EXPECT_NE(output.find("controller only"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+  EXPECT_EQ(output.find("started 2 workers"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 2);
+  for (auto& node : nodes) EXPECT_EQ(node->Wait(std::chrono::seconds(60)), 0) << node->Output();
+}
+
+// A worker whose training thread is stuck keeps heartbeating from its other
+// threads; the step watchdog drops it and the others go on.
+TEST(ElasticTest, AWedgedStepIsDroppedByTheStepWatchdog) {
+  const std::string dir = FreshTempDir("wedge");
+  std::vector<std::string> args = JobArgs(dir, 3, 2);
+  args.push_back("--step-timeout=8");
+  ::setenv("ELASTIC_TEST_WEDGE_STEP", "1:40", 1);  // worker index 1, global step 40 (epoch 2)
+  Process driver(args, dir + "/driver.log");
+  ::unsetenv("ELASTIC_TEST_WEDGE_STEP");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find("wedging the training thread at step 40"), std::string::npos) << output;
+  EXPECT_NE(output.find("made no progress for 8.0 s (--step-timeout)"), std::string::npos)
+      << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 2);
+}
+
 }  // namespace

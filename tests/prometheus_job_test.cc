@@ -14,6 +14,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -118,6 +119,13 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   const std::string head_port = listen[1];
   ASSERT_FALSE(driver.WaitFor("epoch 1/\\d+ step [3-9]", std::chrono::seconds(300)).empty())
       << driver.Output();
+  // The first world must be in Prometheus before it changes: a fast first
+  // epoch can end before a 1 s scrape interval came round twice.
+  for (int i = 0; i < 600; ++i) {
+    const std::optional<double> scraped = prometheus.Scalar("max(elastic_generation)");
+    if (scraped && *scraped >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   Process joiner({kBinary, "--join=127.0.0.1:" + head_port,
                   "--workers=" + std::to_string(kJoiningWorkers), "--token-file=" + dir + "/token"},
                  dir + "/join.log");

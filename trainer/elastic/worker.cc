@@ -430,6 +430,8 @@ std::optional<GenerationOrder> Worker::WaitForGeneration() {
       if (drain_reported_) return std::nullopt;  // left the job
       continue;                                  // not admitted (yet)
     }
+    // Without its head this worker can neither be told nor rendezvous.
+    if (!head_.connected()) throw FatalError("lost the connection to the head");
     bool in_view = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -676,12 +678,12 @@ Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
         const double epochs_done =
             static_cast<double>(p.epoch) +
             static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
+        watchdog_.Arm();
         if (p.step == wedge_at_step_) {
           Log("test fault (ELASTIC_TEST_WEDGE_STEP): wedging the training thread at step %lld",
               static_cast<long long>(p.step));
           while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
         }
-        watchdog_.Arm();
         const StepStats stats = learner_->Step(micro, epochs_done, &hook);
         watchdog_.Disarm();
         p.position = sampler_->NextPosition(p.position, step_samples);
@@ -765,7 +767,11 @@ bool Worker::LoadSource(const GenerationOrder& order, int rank) {
       const std::string path = CheckpointPath(train_.checkpoint_dir);
       commit_ = Commit();
       commit_.learner = ReadCheckpointFile(path);
-      Log("restoring %s from %s", ToString(kind), path.c_str());
+      if (kind == SourceKind::kResume) {
+        Log("resuming from %s", path.c_str());
+      } else {
+        Log("restoring %s from %s", ToString(kind), path.c_str());
+      }
     } else if (kind == SourceKind::kControllerCopy) {
       commit_ = Commit::Decode(order.state);
       Log("restoring the controller's copy (%s, %zu bytes)", ToString(order.source.point).c_str(),
@@ -792,7 +798,9 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   gloo.default_timeout = std::min<std::chrono::milliseconds>(
       std::chrono::seconds(60),
       std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 500)));
-  gloo.rendezvous_timeout = std::chrono::seconds(30);
+  gloo.rendezvous_timeout = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(30),
+      std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 1000)));
   collectives::GlooCommunicatorFactory factory(head_, gloo);
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Communicator> nccl;
