@@ -5,6 +5,7 @@
 
 #include "runtime/head_client.h"
 #include "runtime/log.h"
+#include "runtime/sockets.h"
 
 namespace elastic::runtime {
 namespace {
@@ -92,9 +93,7 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
   const auto address = asio::ip::make_address(options_.listen_host, ec);
   if (ec) throw std::invalid_argument("'" + options_.listen_host + "' is not an IP address");
   const asio::ip::tcp::endpoint endpoint(address, options_.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  ec = ListenCloseOnExec(acceptor_, endpoint, /*reuse_address=*/false);
   if (ec) {
     throw std::runtime_error("actor system cannot listen on " + options_.listen_host + ": " +
                              ec.message());
@@ -141,7 +140,8 @@ ActorSystem::~ActorSystem() {
 }
 
 void ActorSystem::Accept() {
-  acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+  AsyncAcceptCloseOnExec(acceptor_, [this](const asio::error_code& ec,
+                                           asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       ConnectionCallbacks callbacks;

@@ -7,6 +7,7 @@
 
 #include "runtime/auth.h"
 #include "runtime/log.h"
+#include "runtime/sockets.h"
 
 namespace elastic::runtime {
 namespace {
@@ -101,21 +102,40 @@ std::future<ConnectionPtr> Connection::Dial(EventLoop& loop, const std::string& 
             self->CloseOnLoop("cannot resolve " + self->peer_ + ": " + ec.message());
             return;
           }
-          asio::async_connect(
-              self->socket_, results,
-              [self](const asio::error_code& ec, const asio::ip::tcp::endpoint&) {
-                if (self->state_.load() == State::kClosed) return;
-                if (ec) {
-                  self->CloseOnLoop("cannot connect to " + self->peer_ + ": " + ec.message());
-                  return;
-                }
-                asio::error_code ignored;
-                self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-                self->Start();
-              });
+          auto addresses = std::make_shared<std::vector<asio::ip::tcp::endpoint>>();
+          for (const auto& entry : results) addresses->push_back(entry.endpoint());
+          self->ConnectNext(addresses, 0, "no address");
         });
   });
   return future;
+}
+
+void Connection::ConnectNext(
+    const std::shared_ptr<const std::vector<asio::ip::tcp::endpoint>>& addresses, size_t index,
+    const std::string& last_error) {
+  if (state_.load() == State::kClosed) return;
+  if (index >= addresses->size()) {
+    CloseOnLoop("cannot connect to " + peer_ + ": " + last_error);
+    return;
+  }
+  const asio::ip::tcp::endpoint& address = (*addresses)[index];
+  // Opened here rather than by async_connect, so that it is close-on-exec.
+  const asio::error_code open_ec = OpenCloseOnExec(socket_, address.protocol());
+  if (open_ec) {
+    ConnectNext(addresses, index + 1, open_ec.message());
+    return;
+  }
+  auto self = shared_from_this();
+  socket_.async_connect(address, [self, addresses, index](const asio::error_code& ec) {
+    if (self->state_.load() == State::kClosed) return;
+    if (ec) {
+      self->ConnectNext(addresses, index + 1, ec.message());
+      return;
+    }
+    asio::error_code ignored;
+    self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    self->Start();
+  });
 }
 
 void Connection::Start() {
@@ -465,7 +485,11 @@ void Connection::CloseOnLoop(const std::string& reason) {
   // a protocol violation or a dead peer is a warning.
   const bool orderly = reason == "peer closed the connection" || reason == "client closed" ||
                        reason == "head shutting down" || reason == "actor system stopping";
-  if (orderly) {
+  // A dial that fails hands its reason to the dialer (the future throws it),
+  // which decides what it means: one that retries (a node agent waiting for
+  // its head to come back) must not log a warning per attempt.
+  const bool dial_failed = role_ == Role::kConnector && !dial_settled_;
+  if (orderly || dial_failed) {
     ELASTIC_LOG(kDebug, "transport", "connection " << peer_ << " closed: " << reason);
   } else {
     ELASTIC_LOG(kWarning, "transport", "connection " << peer_ << " closed: " << reason);

@@ -92,6 +92,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(EventLoop& loop, asio::ip::tcp::socket socket, Role role,
              const TransportOptions& options, std::string token, ConnectionCallbacks callbacks);
 
+  // Connector: tries addresses[index...] in turn, each on a new close-on-exec
+  // socket; closes with the last error when none accepts.
+  void ConnectNext(const std::shared_ptr<const std::vector<asio::ip::tcp::endpoint>>& addresses,
+                   size_t index, const std::string& last_error);
   void Start();
   void ReadMore();
   void OnFrame(const std::shared_ptr<IncomingFrame>& frame);

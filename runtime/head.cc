@@ -5,9 +5,21 @@
 
 #include "runtime/auth.h"
 #include "runtime/log.h"
+#include "runtime/sockets.h"
 
 namespace elastic::runtime {
 namespace {
+
+HeadOptions Validated(HeadOptions options) {
+  if (options.first_member_id == 0) {
+    throw std::invalid_argument(
+        "HeadOptions.first_member_id must be >= 1 (member id 0 means none)");
+  }
+  if (options.first_node_id == 0) {
+    throw std::invalid_argument("HeadOptions.first_node_id must be >= 1 (node id 0 means none)");
+  }
+  return options;
+}
 
 std::string ResolveToken(const HeadOptions& options) {
   asio::error_code ec;
@@ -66,17 +78,16 @@ auto Head::RunOnLoop(F f) -> decltype(f()) {
 }
 
 Head::Head(HeadOptions options)
-    : options_(std::move(options)),
+    : options_(Validated(std::move(options))),
       token_(ResolveToken(options_)),
       loop_("head"),
-      acceptor_(loop_.context()) {
+      acceptor_(loop_.context()),
+      generation_(options_.first_generation),
+      next_member_id_(options_.first_member_id),
+      next_node_id_(options_.first_node_id) {
   const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.listen_host),
                                          options_.port);
-  asio::error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  const asio::error_code ec = ListenCloseOnExec(acceptor_, endpoint, /*reuse_address=*/true);
   if (ec) {
     throw std::runtime_error("head cannot listen on " + options_.listen_host + ":" +
                              std::to_string(options_.port) + ": " + ec.message());
@@ -99,7 +110,8 @@ Head::~Head() {
 }
 
 void Head::Accept() {
-  acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+  AsyncAcceptCloseOnExec(acceptor_, [this](const asio::error_code& ec,
+                                           asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (ec) {
       ELASTIC_LOG(kWarning, "head", "accept failed: " << ec.message());

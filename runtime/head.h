@@ -46,6 +46,15 @@ struct HeadOptions {
   // true: every join publishes a new view with the newcomer appended. false:
   // newcomers wait in `pending` until someone publishes a view with them.
   bool admit_joins = true;
+  // Where the numbering starts, so that a head restarted in place of another
+  // (a job controller recovered from its journal) never reuses a generation
+  // number, member id or node id of the one before. first_generation is the
+  // generation of the empty view at start (the first change publishes
+  // first_generation + 1); ids must be >= 1 (0 means "none" on the wire).
+  // The constructor throws std::invalid_argument naming a field that is not.
+  uint64_t first_generation = 0;
+  uint64_t first_member_id = 1;
+  uint64_t first_node_id = 1;
 };
 
 // What the head handled since it started: cumulative counts, so a reader that
@@ -65,7 +74,8 @@ struct HeadStats {
 class Head {
  public:
   // Binds and starts serving. Throws std::invalid_argument for a non-loopback
-  // address without a token file, std::runtime_error when it cannot bind.
+  // address without a token file or an id numbering that starts at 0,
+  // std::runtime_error when it cannot bind.
   explicit Head(HeadOptions options);
   ~Head();
   Head(const Head&) = delete;

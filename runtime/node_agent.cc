@@ -2,10 +2,14 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 
@@ -37,13 +41,41 @@ HeadClientOptions HeadOptionsOf(const NodeAgentOptions& options) {
 }
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
+// How often an agent that lost its head tries to reach it again.
+constexpr auto kReconnectInterval = std::chrono::milliseconds(250);
+
+// One past the largest descriptor this process can hold (the RLIMIT_NOFILE
+// soft limit). Read before fork: getrlimit is not async-signal-safe by POSIX.
+int DescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur > static_cast<rlim_t>(INT_MAX)) {
+    return 1 << 20;  // the kernel's default ceiling (fs.nr_open)
+  }
+  return static_cast<int>(limit.rlim_cur);
+}
+
+// In the child between fork and exec, so async-signal-safe calls only.
+// Closes every descriptor above stdio whatever its close-on-exec flag, so a
+// worker holds nothing of the agent's process: not the listening socket of a
+// head in the same process (its port would stay open after the head is
+// gone), no connection, no file another library opened without O_CLOEXEC.
+void CloseDescriptorsAboveStdio(int limit) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+#endif
+  // No close_range (Linux < 5.9): close them one by one.
+  for (int fd = 3; fd < limit; ++fd) close(fd);
+}
 
 }  // namespace
 
 NodeAgent::NodeAgent(NodeAgentOptions options)
     : options_(std::move(options)), binary_path_(ResolveBinary(options_.binary)) {
-  head_ = std::make_unique<HeadClient>(HeadOptionsOf(options_));
-  node_id_ = head_->RegisterNode(options_.name, 0);
+  if (options_.head_reconnect_timeout.count() < 0) {
+    throw std::invalid_argument("NodeAgentOptions.head_reconnect_timeout must not be negative");
+  }
+  ConnectToHead(options_.transport.connect_timeout);
   supervisor_ = std::thread([this] { SupervisorLoop(); });
 }
 
@@ -55,6 +87,68 @@ NodeAgent::~NodeAgent() {
   }
   changed_.notify_all();
   supervisor_.join();
+  // Closed here, while the members its disconnect callback uses still exist,
+  // and without mutex_ held (the callback takes it on the client's thread).
+  std::shared_ptr<HeadClient> head;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    head = std::move(head_);
+  }
+  head.reset();
+}
+
+std::string NodeAgent::HeadAddress() const {
+  return options_.head_host + ":" + std::to_string(options_.head_port);
+}
+
+void NodeAgent::ConnectToHead(std::chrono::milliseconds connect_timeout) {
+  HeadClientOptions client_options = HeadOptionsOf(options_);
+  client_options.transport.connect_timeout = connect_timeout;
+  auto client = std::make_shared<HeadClient>(client_options);
+  const uint64_t node_id = client->RegisterNode(options_.name, 0);
+  std::shared_ptr<HeadClient> replaced;  // destroyed after the lock is released
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    epoch = ++head_epoch_;
+    replaced = std::move(head_);
+    head_ = client;
+    node_id_.store(node_id);
+    head_lost_at_.reset();
+    head_lost_reason_.clear();
+  }
+  // Registered last: when the connection is already gone, it runs at once.
+  client->OnDisconnect([this, epoch](const std::string& reason) { OnHeadLost(epoch, reason); });
+}
+
+void NodeAgent::OnHeadLost(uint64_t epoch, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (epoch != head_epoch_ || head_lost_at_) return;  // a replaced client, or known already
+    head_lost_at_ = Clock::now();
+    head_lost_reason_ = reason;
+  }
+  changed_.notify_all();
+}
+
+std::shared_ptr<HeadClient> NodeAgent::CurrentHead() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return head_;
+}
+
+bool NodeAgent::head_connected() {
+  std::shared_ptr<HeadClient> head;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (head_lost_at_) return false;
+    head = head_;
+  }
+  return head != nullptr && head->connected();
+}
+
+std::string NodeAgent::head_failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return head_failure_;
 }
 
 void NodeAgent::SupervisorLoop() {
@@ -70,20 +164,103 @@ void NodeAgent::SupervisorLoop() {
     if (stopping_ && running_.empty()) return;
     lock.unlock();
     ReapExited();
+    WatchHead();
+    if (kill_at_ && Clock::now() >= *kill_at_) {
+      kill_at_.reset();
+      for (pid_t pid : running_workers()) {
+        ELASTIC_LOG(kWarning, "node-agent",
+                    "worker pid " << pid << " ignored SIGTERM for " << options_.grace.count()
+                                  << " ms; killing it");
+        kill(-pid, SIGKILL);
+      }
+    }
     lock.lock();
     changed_.wait_for(lock, kPollInterval, [this] { return !commands_.empty(); });
   }
 }
 
-pid_t NodeAgent::ForkWorker(uint32_t index) {
+void NodeAgent::WatchHead() {
+  std::shared_ptr<HeadClient> lost;
+  Clock::time_point lost_at;
+  std::string reason;
+  size_t workers = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!head_lost_at_ || !head_failure_.empty() || stopping_) return;
+    lost_at = *head_lost_at_;
+    reason = head_lost_reason_;
+    lost = std::move(head_);  // set only the first time round after the loss
+    workers = running_.size();
+  }
+  if (lost) {
+    // Dropped on this thread, never on the client's own loop thread.
+    lost.reset();
+    ELASTIC_LOG(kWarning, "node-agent",
+                "lost the connection to the head at "
+                    << HeadAddress() << " (" << reason << "); keeping " << workers
+                    << " workers running and reconnecting every " << kReconnectInterval.count()
+                    << " ms for up to " << options_.head_reconnect_timeout.count() << " ms");
+    next_reconnect_ = Clock::now();
+    last_reconnect_error_.clear();
+  }
+  const Clock::time_point now = Clock::now();
+  if (now < next_reconnect_) return;
+  const Clock::time_point deadline = lost_at + options_.head_reconnect_timeout;
+  if (now >= deadline) {
+    GiveUpOnHead(last_reconnect_error_);
+    return;
+  }
+  next_reconnect_ = now + kReconnectInterval;
+  // An attempt never runs past the deadline (an unreachable host would
+  // otherwise hold the supervisor for the whole connect timeout).
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+  try {
+    ConnectToHead(
+        std::max(std::chrono::milliseconds(1), std::min(left, options_.transport.connect_timeout)));
+  } catch (const std::exception& e) {
+    last_reconnect_error_ = e.what();
+    ELASTIC_LOG(kDebug, "node-agent", "reconnecting to the head: " << e.what());
+    return;
+  }
+  ELASTIC_LOG(
+      kInfo, "node-agent",
+      "reconnected to the head at "
+          << HeadAddress() << " after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - lost_at).count()
+          << " ms; registered again as node " << node_id_.load() << "; " << running_workers().size()
+          << " workers kept running");
+  std::vector<UnreportedExit> unreported;
+  unreported.swap(unreported_);
+  for (const UnreportedExit& exit : unreported) ReportExit(exit);
+}
+
+void NodeAgent::GiveUpOnHead(const std::string& last_error) {
+  const std::string failure =
+      "lost the head at " + HeadAddress() + " and could not reconnect within " +
+      std::to_string(options_.head_reconnect_timeout.count()) + " ms (head_reconnect_timeout)" +
+      (last_error.empty() ? "" : "; last attempt: " + last_error);
+  std::vector<pid_t> pids;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    head_failure_ = failure;
+    for (const Worker& worker : running_) pids.push_back(worker.pid);
+  }
+  ELASTIC_LOG(kError, "node-agent", failure << "; stopping " << pids.size() << " workers");
+  // As Terminate does, but without waiting: this thread is the one that reaps.
+  for (pid_t pid : pids) kill(-pid, SIGTERM);
+  kill_at_ = Clock::now() + options_.grace;
+  changed_.notify_all();
+}
+
+pid_t NodeAgent::ForkWorker(uint32_t index, uint64_t node_id) {
   // Everything the child needs is built before fork: after fork it may only
   // make async-signal-safe calls.
   std::vector<std::string> args = {binary_path_, "--role=worker"};
   args.insert(args.end(), options_.worker_args.begin(), options_.worker_args.end());
   std::map<std::string, std::string> extra = options_.environment;
-  extra["ELASTIC_HEAD_ADDRESS"] = options_.head_host + ":" + std::to_string(options_.head_port);
+  extra["ELASTIC_HEAD_ADDRESS"] = HeadAddress();
   extra[kTokenEnvironmentVariable] = options_.token;
-  extra["ELASTIC_NODE_ID"] = std::to_string(node_id_);
+  extra["ELASTIC_NODE_ID"] = std::to_string(node_id);
   extra["ELASTIC_WORKER_INDEX"] = std::to_string(index);
   extra["ELASTIC_HEARTBEAT_MS"] = std::to_string(options_.transport.heartbeat_interval.count());
   extra["ELASTIC_HEARTBEAT_TIMEOUT_MS"] =
@@ -103,6 +280,7 @@ pid_t NodeAgent::ForkWorker(uint32_t index) {
   for (auto& e : env) c_env.push_back(e.data());
   c_env.push_back(nullptr);
   const pid_t parent = getpid();
+  const int descriptor_limit = DescriptorLimit();
 
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -113,6 +291,7 @@ pid_t NodeAgent::ForkWorker(uint32_t index) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent may block SIGTERM
+    CloseDescriptorsAboveStdio(descriptor_limit);
     execve(c_args[0], c_args.data(), c_env.data());
     _exit(127);
   }
@@ -126,6 +305,9 @@ std::vector<pid_t> NodeAgent::SpawnWorkers(uint32_t count) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || drained_) throw std::logic_error("node agent is stopping; no new workers");
+    if (!head_failure_.empty()) {
+      throw std::logic_error("node agent gave up on its head; no new workers: " + head_failure_);
+    }
     commands_.push_back([this, count, spawned] {
       std::vector<pid_t> pids;
       try {
@@ -135,10 +317,13 @@ std::vector<pid_t> NodeAgent::SpawnWorkers(uint32_t count) {
             std::lock_guard<std::mutex> lock(mutex_);
             index = next_index_++;
           }
-          const pid_t pid = ForkWorker(index);
+          // The node id of the head registered with now (this thread is the
+          // one that registers again after a head restart).
+          const uint64_t node_id = node_id_.load();
+          const pid_t pid = ForkWorker(index, node_id);
           {
             std::lock_guard<std::mutex> lock(mutex_);
-            running_.push_back(Worker{index, pid});
+            running_.push_back(Worker{index, pid, node_id});
           }
           ELASTIC_LOG(kInfo, "node-agent", "started worker " << index << " as pid " << pid);
           pids.push_back(pid);
@@ -151,6 +336,33 @@ std::vector<pid_t> NodeAgent::SpawnWorkers(uint32_t count) {
   }
   changed_.notify_all();
   return future.get();
+}
+
+void NodeAgent::ReportExit(const UnreportedExit& unreported) {
+  const WorkerExit& exit = unreported.exit;
+  if (std::shared_ptr<HeadClient> head = CurrentHead()) {
+    try {
+      head->ReportExit(unreported.node_id, exit.worker_index, exit.pid, exit.exit_code,
+                       exit.signal);
+      return;
+    } catch (const std::exception& e) {
+      if (head->connected()) {
+        // The head is there but answered with an error or late: it may have
+        // it, so it is not sent again.
+        ELASTIC_LOG(kWarning, "node-agent", "cannot report exit to head: " << e.what());
+        return;
+      }
+    }
+  }
+  if (!head_failure().empty()) {
+    ELASTIC_LOG(kInfo, "node-agent",
+                "exit of worker " << exit.worker_index << " not reported: no head any more");
+    return;
+  }
+  ELASTIC_LOG(kInfo, "node-agent",
+              "no head to report the exit of worker " << exit.worker_index << " to; it goes to "
+                                                      << "the head the agent reconnects to");
+  unreported_.push_back(unreported);
 }
 
 void NodeAgent::ReapExited() {
@@ -170,11 +382,11 @@ void NodeAgent::ReapExited() {
     ELASTIC_LOG(kInfo, "node-agent",
                 "worker " << exit.worker_index << " (pid " << exit.pid << ") exited: code "
                           << exit.exit_code << " signal " << exit.signal);
-    try {
-      head_->ReportExit(node_id_, exit.worker_index, exit.pid, exit.exit_code, exit.signal);
-    } catch (const std::exception& e) {
-      ELASTIC_LOG(kWarning, "node-agent", "cannot report exit to head: " << e.what());
-    }
+    // Under the node id the worker was started with, also after the agent
+    // registered again with a restarted head: that is the id the worker
+    // registers as a member with, and the head finds the member of an exit
+    // by (node id, pid).
+    ReportExit(UnreportedExit{exit, worker.node_id});
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -227,10 +439,16 @@ void NodeAgent::Drain(const std::string& reason) {
     drained_ = true;
   }
   ELASTIC_LOG(kInfo, "node-agent", "draining: " << reason);
-  try {
-    head_->ReportDraining(node_id_, reason);
-  } catch (const std::exception& e) {
-    ELASTIC_LOG(kWarning, "node-agent", "cannot tell the head we are draining: " << e.what());
+  if (std::shared_ptr<HeadClient> head = CurrentHead()) {
+    try {
+      head->ReportDraining(node_id_.load(), reason);
+    } catch (const std::exception& e) {
+      ELASTIC_LOG(kWarning, "node-agent", "cannot tell the head we are draining: " << e.what());
+    }
+  } else {
+    ELASTIC_LOG(
+        kWarning, "node-agent",
+        "cannot tell the head we are draining: not connected to the head at " << HeadAddress());
   }
   Terminate();
 }
@@ -260,6 +478,11 @@ int NodeAgent::RunUntilSignalled() {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (running_.empty()) {
+      if (!head_failure_.empty()) {
+        ELASTIC_LOG(kError, "node-agent",
+                    "node agent " << options_.name << " exits: " << head_failure_);
+        return 1;
+      }
       for (const auto& exit : exits_) {
         if (exit.exit_code != 0) return 1;
       }

@@ -12,10 +12,19 @@
 //   PR_SET_PDEATHSIG=SIGKILL, so it dies even when the agent is SIGKILLed.
 //   Workers are forked from the agent's supervisor thread, which lives as long
 //   as the agent (PDEATHSIG follows the forking thread, not the process).
+// - Workers inherit no descriptor of the agent's process (every descriptor
+//   above stdio is closed before exec): a worker must not keep the head's
+//   port or any connection of a process that hosts the agent open.
+// - Losing the head is not fatal at once: the agent keeps its workers running
+//   and reconnects (same address and token) for up to head_reconnect_timeout,
+//   then registers the node again with the new head (under a new node id) and
+//   goes on. When no head answers within that time, it stops its workers and
+//   RunUntilSignalled fails.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +55,11 @@ struct NodeAgentOptions {
   std::map<std::string, std::string> environment;  // extra variables for workers
   std::chrono::milliseconds grace{10000};          // SIGTERM -> SIGKILL
   TransportOptions transport;
+  // After the connection to the head is lost, how long the agent keeps
+  // trying to reconnect (every 250 ms) before it stops its workers and
+  // RunUntilSignalled fails. A job controller restarted within this time
+  // (same address and token) finds the agent and its workers again.
+  std::chrono::milliseconds head_reconnect_timeout{60000};
 };
 
 struct WorkerExit {
@@ -56,16 +71,27 @@ struct WorkerExit {
 
 class NodeAgent {
  public:
-  // Connects to the head and registers the node. Spawns nothing yet.
+  // Connects to the head and registers the node. Spawns nothing yet. Throws
+  // std::runtime_error when the head cannot be reached now.
   explicit NodeAgent(NodeAgentOptions options);
   // Stops the workers (SIGTERM, grace, SIGKILL) and waits for them.
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
 
-  uint64_t node_id() const { return node_id_; }
+  // The node id from the head this agent is registered with now (it changes
+  // when the agent registers again with a restarted head).
+  uint64_t node_id() const { return node_id_.load(); }
+  // False from the moment the connection to the head is lost until the agent
+  // has registered with a head again.
+  bool head_connected();
+  // Why the agent gave up on its head (names the head's address and
+  // head_reconnect_timeout); empty while it has not.
+  std::string head_failure();
 
-  // Starts count more workers (indices continue from earlier ones); returns their pids.
+  // Starts count more workers (indices continue from earlier ones); returns
+  // their pids. Throws std::logic_error once the agent is stopping, drained or
+  // has given up on its head.
   std::vector<pid_t> SpawnWorkers(uint32_t count);
   // Pids of workers still running.
   std::vector<pid_t> running_workers();
@@ -81,36 +107,71 @@ class NodeAgent {
   void StopWorkers();
 
   // For a process that is only a node agent: blocks SIGTERM and SIGINT, and
-  // returns when every worker has exited (0 when all exited with 0) or, on
+  // returns when every worker has exited (0 when all exited with 0; 1 when
+  // one failed or the agent gave up on its head and stopped them) or, on
   // SIGTERM/SIGINT, after draining (exit code 0). Call before starting any
   // other thread, so that no thread gets the signal instead.
   static void BlockTerminationSignals();
   int RunUntilSignalled();
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   struct Worker {
     uint32_t index;
     pid_t pid;
+    uint64_t node_id;  // the ELASTIC_NODE_ID it was started with
+  };
+  struct UnreportedExit {
+    WorkerExit exit;
+    uint64_t node_id;
   };
 
   void SupervisorLoop();
-  pid_t ForkWorker(uint32_t index);  // supervisor thread only
-  void ReapExited();                 // supervisor thread only
+  pid_t ForkWorker(uint32_t index, uint64_t node_id);  // supervisor thread only
+  void ReapExited();                                   // supervisor thread only
   void Terminate();
+
+  // Connects a new client to the head, registers the node and makes them
+  // current. Throws when the head cannot be reached or refuses.
+  void ConnectToHead(std::chrono::milliseconds connect_timeout);
+  // The disconnect callback of client number epoch (runs on its loop thread,
+  // so it only records the loss for the supervisor).
+  void OnHeadLost(uint64_t epoch, const std::string& reason);
+  // Supervisor thread: notices a lost head, reconnects, or gives up.
+  void WatchHead();
+  void GiveUpOnHead(const std::string& last_error);  // supervisor thread only
+  // Reports an exit to the current head, or keeps it for the next head.
+  void ReportExit(const UnreportedExit& exit);  // supervisor thread only
+  std::shared_ptr<HeadClient> CurrentHead();
+  std::string HeadAddress() const;
 
   NodeAgentOptions options_;
   std::string binary_path_;
-  std::unique_ptr<HeadClient> head_;
-  uint64_t node_id_ = 0;
+  std::atomic<uint64_t> node_id_{0};
 
   std::mutex mutex_;
   std::condition_variable changed_;
+  // The connection to the head; null while the agent reconnects. Threads copy
+  // the pointer under mutex_ and call without it (a call may wait for the
+  // head), so a replaced client lives until its last caller is done.
+  std::shared_ptr<HeadClient> head_;
+  uint64_t head_epoch_ = 0;                        // counts clients, for OnHeadLost
+  std::optional<Clock::time_point> head_lost_at_;  // set until a head is back
+  std::string head_lost_reason_;
+  std::string head_failure_;                    // set once the agent gave up
   std::deque<std::function<void()>> commands_;  // run on the supervisor thread
   std::vector<Worker> running_;
   std::vector<WorkerExit> exits_;
   uint32_t next_index_ = 0;
   bool stopping_ = false;
   bool drained_ = false;
+
+  // Supervisor thread only.
+  std::vector<UnreportedExit> unreported_;  // exits no head has heard of yet
+  Clock::time_point next_reconnect_{};      // when to try again
+  std::string last_reconnect_error_;
+  std::optional<Clock::time_point> kill_at_;  // after giving up: SIGKILL what is left
   std::thread supervisor_;
 };
 

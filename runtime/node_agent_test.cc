@@ -1,20 +1,26 @@
 // The node agent with real processes: it starts workers that join the head,
 // reports their exits, turns SIGTERM into a draining notice, and leaves no
-// orphans whether it exits cleanly or is SIGKILLed.
+// orphans whether it exits cleanly or is SIGKILLed. Its workers inherit no
+// descriptor of the agent's process, and it outlives the loss and restart of
+// its head.
 #include "runtime/node_agent.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "runtime/actor.h"
 #include "runtime/auth.h"
 #include "runtime/head.h"
 #include "runtime/head_client.h"
@@ -30,12 +36,20 @@ using testing::Subprocess;
 using testing::WaitUntil;
 
 constexpr seconds kPatience{60};
+// What a sleeping worker calls itself (/proc/PID/comm), once it runs its main.
+constexpr const char kSleeperName[] = "sleeping-worker";
 
 // --role=worker [EXIT_CODE]: what a node agent starts. Puts the heartbeat
 // timeout it was given under heartbeat-timeout/<index>, joins the head as a
 // member, then runs until its head connection is lost (or exits with
 // EXIT_CODE at once when given).
+// --role=worker sleep: never talks to the head; renames itself kSleeperName
+// and sleeps until a signal ends it (a worker that outlives its head).
 int WorkerMain(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "sleep") {
+    prctl(PR_SET_NAME, kSleeperName);
+    for (;;) pause();
+  }
   const WorkerEnvironment environment = WorkerEnvironment::FromEnvironment();
   const HeadClientOptions client =
       environment.ClientOptions("worker-" + std::to_string(environment.worker_index));
@@ -192,6 +206,200 @@ TEST_F(NodeAgentTest, WorkersTakeTheAgentsHeartbeatTimeout) {
   }
   agent.Signal(SIGTERM);
   EXPECT_EQ(agent.WaitExitCode(kPatience), 0);
+}
+
+// Waits until pid is a sleeping worker in its main (so it has exec'd).
+bool WaitForSleeper(pid_t pid) {
+  return WaitUntil([&] { return testing::ProcessName(pid) == kSleeperName; }, kPatience);
+}
+
+// A worker must hold nothing of the agent's process: not the head's listening
+// socket (which would keep the head's port open after the driver is gone), not
+// the agent's connection to the head, no other descriptor beyond stdio.
+TEST(NodeAgentDescriptorTest, WorkersInheritNoDescriptorOfTheAgentsProcess) {
+  auto head = std::make_unique<Head>(HeadOptions{});
+  const uint16_t port = head->port();
+  NodeAgentOptions options;
+  options.head_port = port;
+  options.token = head->token();
+  options.name = "descriptor-test";
+  options.worker_args = {"sleep"};
+  options.grace = seconds(20);
+  NodeAgent agent(options);
+  const pid_t worker = agent.SpawnWorkers(1).at(0);
+  ASSERT_TRUE(WaitForSleeper(worker));
+
+  const std::set<uint64_t> ours = testing::OpenSockets(getpid());
+  ASSERT_GE(ours.size(), 3u);  // at least the head's listener and both ends of the agent's link
+  for (uint64_t inode : testing::OpenSockets(worker)) {
+    EXPECT_EQ(ours.count(inode), 0u) << "worker holds socket inode " << inode << " of its agent";
+  }
+  for (int fd : testing::OpenDescriptors(worker)) {
+    EXPECT_LT(fd, 3) << "worker inherited descriptor " << fd;
+  }
+
+  // The head is gone: its port refuses connections although the worker runs.
+  head.reset();
+  EXPECT_FALSE(testing::CanConnect(port));
+  EXPECT_TRUE(ProcessAlive(worker));
+}
+
+class Echo : public Actor {
+ public:
+  std::string Receive(const std::string&, const std::string& payload) override { return payload; }
+};
+
+// Every socket the runtime opens is close-on-exec, so a child that some other
+// code forks and execs (without the agent's descriptor sweep) inherits none.
+TEST(NodeAgentDescriptorTest, RuntimeSocketsAreCloseOnExec) {
+  const std::set<uint64_t> before = testing::OpenSockets(getpid());
+  Head head(HeadOptions{});
+  HeadClientOptions client_options;
+  client_options.port = head.port();
+  client_options.token = head.token();
+  HeadClient client(client_options);
+  ActorSystemOptions served_options;
+  served_options.token = head.token();
+  served_options.head = &client;
+  ActorSystem served(served_options);
+  served.Spawn("echo", std::make_shared<Echo>());
+  ActorSystemOptions caller_options;
+  caller_options.token = head.token();
+  ActorSystem caller(caller_options);
+  ASSERT_EQ(caller.Remote("echo", served.endpoint()).Ask("echo", "hi", kPatience).get(), "hi");
+
+  std::set<uint64_t> runtime_sockets;
+  for (uint64_t inode : testing::OpenSockets(getpid())) {
+    if (before.count(inode) == 0) runtime_sockets.insert(inode);
+  }
+  // Two listeners, the client's connection to the head (both ends) and the
+  // caller's connection to the served system (both ends).
+  ASSERT_GE(runtime_sockets.size(), 6u);
+
+  Subprocess child = Subprocess::SpawnRole("worker", {"sleep"});
+  ASSERT_TRUE(WaitForSleeper(child.pid()));
+  for (uint64_t inode : testing::OpenSockets(child.pid())) {
+    EXPECT_EQ(runtime_sockets.count(inode), 0u)
+        << "a child process inherited runtime socket inode " << inode;
+  }
+}
+
+NodeAgentOptions AgentOfHeadAt(uint16_t port, const std::string& token) {
+  NodeAgentOptions options;
+  options.head_port = port;
+  options.token = token;
+  options.name = "restart-test";
+  options.worker_args = {"sleep"};
+  options.grace = seconds(20);
+  return options;
+}
+
+// The head's process dies and a new head comes up on the same address with
+// the same token: the agent registers again (as a new node), keeps the same
+// worker processes, gives the new node id to workers it starts later, and
+// reports exits to the new head.
+TEST(NodeAgentHeadRestartTest, AgentReregistersWithARestartedHeadAndKeepsItsWorkers) {
+  HeadOptions head_options;
+  head_options.port = testing::FreeLocalPort();
+  head_options.token = GenerateToken();
+  auto head = std::make_unique<Head>(head_options);
+  NodeAgentOptions options = AgentOfHeadAt(head_options.port, head_options.token);
+  options.head_reconnect_timeout = kPatience;
+  NodeAgent agent(options);
+  const uint64_t first_node_id = agent.node_id();
+  const pid_t worker = agent.SpawnWorkers(1).at(0);
+  ASSERT_TRUE(WaitForSleeper(worker));
+  EXPECT_EQ(head->stats().nodes_connected, 1u);
+
+  head.reset();
+  ASSERT_TRUE(WaitUntil([&] { return !agent.head_connected(); }, kPatience));
+  EXPECT_TRUE(ProcessAlive(worker));
+
+  head_options.first_node_id = first_node_id + 100;  // a restarted head continues the numbering
+  head = std::make_unique<Head>(head_options);
+  HeadClientOptions observer_options;
+  observer_options.port = head->port();
+  observer_options.token = head->token();
+  observer_options.name = "observer";
+  HeadClient observer(observer_options);
+  UpdateLog log;
+  observer.Subscribe(log.Callback());
+
+  ASSERT_TRUE(WaitUntil([&] { return head->stats().nodes_connected == 1; }, kPatience));
+  EXPECT_TRUE(WaitUntil([&] { return agent.head_connected(); }, kPatience));
+  EXPECT_EQ(agent.node_id(), first_node_id + 100);
+  EXPECT_EQ(agent.running_workers(), std::vector<pid_t>{worker});
+  EXPECT_TRUE(ProcessAlive(worker));
+  EXPECT_TRUE(agent.exits().empty());
+
+  const pid_t second = agent.SpawnWorkers(1).at(0);
+  ASSERT_TRUE(WaitForSleeper(second));
+  EXPECT_EQ(testing::ProcessEnvironment(second)["ELASTIC_NODE_ID"],
+            std::to_string(first_node_id + 100));
+
+  kill(worker, SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return log.Count(MembershipEventKind::kExited) == 1; }, kPatience));
+  const MembershipUpdate exited = log.All(MembershipEventKind::kExited)[0];
+  EXPECT_NE(exited.detail.find("(pid " + std::to_string(worker) + ") killed by signal 9"),
+            std::string::npos)
+      << exited.detail;
+  // The agent reports an exit before it forgets the worker.
+  EXPECT_TRUE(
+      WaitUntil([&] { return agent.running_workers() == std::vector<pid_t>{second}; }, kPatience));
+}
+
+// A worker that exits while no head listens is reported to the head the
+// agent reconnects to.
+TEST(NodeAgentHeadRestartTest, ExitWhileTheHeadIsAwayIsReportedToTheNextHead) {
+  HeadOptions head_options;
+  head_options.port = testing::FreeLocalPort();
+  head_options.token = GenerateToken();
+  auto head = std::make_unique<Head>(head_options);
+  NodeAgentOptions options = AgentOfHeadAt(head_options.port, head_options.token);
+  options.head_reconnect_timeout = kPatience;
+  NodeAgent agent(options);
+  const pid_t worker = agent.SpawnWorkers(1).at(0);
+  ASSERT_TRUE(WaitForSleeper(worker));
+
+  head.reset();
+  ASSERT_TRUE(WaitUntil([&] { return !agent.head_connected(); }, kPatience));
+  kill(worker, SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return agent.exits().size() == 1; }, kPatience));
+
+  head = std::make_unique<Head>(head_options);
+  // Nobody else talks to this head: the agent's registration and its report
+  // of the exit are the two messages it receives.
+  EXPECT_TRUE(WaitUntil([&] { return head->stats().messages_received == 2; }, kPatience))
+      << head->stats().messages_received;
+  EXPECT_TRUE(agent.head_connected());
+}
+
+// No head comes back within head_reconnect_timeout: the agent stops its
+// workers and RunUntilSignalled fails, naming the head and the timeout.
+TEST(NodeAgentHeadRestartTest, AgentStopsItsWorkersWhenTheHeadStaysAway) {
+  auto head = std::make_unique<Head>(HeadOptions{});
+  NodeAgentOptions options = AgentOfHeadAt(head->port(), head->token());
+  options.head_reconnect_timeout = milliseconds(1000);
+  NodeAgent agent(options);
+  const std::vector<pid_t> workers = agent.SpawnWorkers(2);
+  for (pid_t worker : workers) ASSERT_TRUE(WaitForSleeper(worker));
+  auto run = std::async(std::launch::async, [&] { return agent.RunUntilSignalled(); });
+
+  head.reset();
+  if (run.wait_for(kPatience) != std::future_status::ready) {
+    ADD_FAILURE() << "RunUntilSignalled did not return after the head was lost";
+    agent.StopWorkers();  // so that it returns and the test ends
+  }
+  EXPECT_NE(run.get(), 0);
+  for (pid_t worker : workers) EXPECT_FALSE(ProcessAlive(worker)) << worker;
+  const std::vector<WorkerExit> exits = agent.exits();
+  ASSERT_EQ(exits.size(), 2u);
+  for (const WorkerExit& exit : exits) EXPECT_EQ(exit.signal, SIGTERM);
+  const std::string failure = agent.head_failure();
+  EXPECT_NE(failure.find("127.0.0.1:" + std::to_string(options.head_port)), std::string::npos)
+      << failure;
+  EXPECT_NE(failure.find("1000 ms"), std::string::npos) << failure;
+  EXPECT_THROW(agent.SpawnWorkers(1), std::logic_error);
 }
 
 // Restores one environment variable when it goes out of scope.

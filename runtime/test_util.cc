@@ -1,14 +1,19 @@
 #include "runtime/test_util.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -162,6 +167,101 @@ bool ProcessAlive(pid_t pid) {
 }
 
 bool ProcessStopped(pid_t pid) { return ProcessState(pid) == 'T'; }
+
+std::set<int> OpenDescriptors(pid_t pid) {
+  std::set<int> descriptors;
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* dir = opendir(path.c_str());
+  if (dir == nullptr) return descriptors;
+  const int own = dirfd(dir);  // only meaningful when listing ourselves
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (pid == getpid() && fd == own) continue;
+    descriptors.insert(fd);
+  }
+  closedir(dir);
+  return descriptors;
+}
+
+std::set<uint64_t> OpenSockets(pid_t pid) {
+  std::set<uint64_t> sockets;
+  for (int fd : OpenDescriptors(pid)) {
+    const std::string link = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    char target[256];
+    const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;  // closed since it was listed
+    const std::string text(target, static_cast<size_t>(n));
+    constexpr const char kPrefix[] = "socket:[";
+    if (text.rfind(kPrefix, 0) != 0) continue;
+    sockets.insert(std::stoull(text.substr(sizeof(kPrefix) - 1)));
+  }
+  return sockets;
+}
+
+std::string ProcessName(pid_t pid) {
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name;
+}
+
+std::map<std::string, std::string> ProcessEnvironment(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  const std::string content((std::istreambuf_iterator<char>(file)),
+                            std::istreambuf_iterator<char>());
+  std::map<std::string, std::string> environment;
+  size_t start = 0;
+  while (start < content.size()) {
+    size_t end = content.find('\0', start);
+    if (end == std::string::npos) end = content.size();
+    const std::string entry = content.substr(start, end - start);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) environment[entry.substr(0, eq)] = entry.substr(eq + 1);
+    start = end + 1;
+  }
+  return environment;
+}
+
+namespace {
+
+sockaddr_in Loopback(uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+}  // namespace
+
+uint16_t FreeLocalPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in address = Loopback(0);
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const int error = errno;
+    close(fd);
+    throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(error));
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+bool CanConnect(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  const sockaddr_in address = Loopback(port);
+  const int result = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  const int error = errno;
+  close(fd);
+  if (result == 0) return true;
+  if (error == ECONNREFUSED) return false;
+  throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) +
+                           " failed: " + std::strerror(error));
+}
 
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

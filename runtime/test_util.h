@@ -6,9 +6,11 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,23 @@ class Subprocess {
 bool ProcessAlive(pid_t pid);
 // True when process pid is stopped (SIGSTOP has taken effect).
 bool ProcessStopped(pid_t pid);
+
+// The descriptors process pid has open (the numbers under /proc/PID/fd).
+std::set<int> OpenDescriptors(pid_t pid);
+// The inodes of the sockets process pid has open ("socket:[INODE]" links).
+std::set<uint64_t> OpenSockets(pid_t pid);
+// /proc/PID/comm: the process name, which a program may set itself (so a test
+// can tell that a child has exec'd and reached its main).
+std::string ProcessName(pid_t pid);
+// The environment process pid was started with (/proc/PID/environ).
+std::map<std::string, std::string> ProcessEnvironment(pid_t pid);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read
+// back, closed), for a server that must come back on the same port.
+uint16_t FreeLocalPort();
+// True when a TCP connection to 127.0.0.1:port is accepted (by a listener or
+// a backlog), false when it is refused.
+bool CanConnect(uint16_t port);
 
 // Polls predicate every few ms until it holds or timeout passes.
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
