@@ -220,6 +220,10 @@ class Worker {
   // The next generation to train in, or nullopt when this worker should exit.
   std::optional<GenerationOrder> WaitForGeneration();
   Outcome RunGeneration(const GenerationOrder& order);
+  // A stop generation whose rank 0 holds the state the job stops at: rank 0
+  // writes the checkpoint from its own commit and nobody needs a collective
+  // (a rendezvous that fails under load would lose the checkpoint).
+  Outcome StopAtOwnCommit(const GenerationOrder& order, int rank);
   // Rank 0 takes the state its source holds as its commit; false (after
   // telling the controller) when it cannot.
   bool LoadSource(const GenerationOrder& order, int rank);
@@ -233,7 +237,8 @@ class Worker {
   EvalResult EvaluateShard(Communicator& comm, int rank, int world);
   // The epoch's summary to the controller (rank 0, after the evaluation).
   void ReportEpoch(const EvalResult& eval, int world, double eval_seconds);
-  void WriteCheckpoint(const std::string& learner_bytes);
+  void WriteCheckpoint(const std::string& learner_bytes);  // at the learner's point
+  void WriteCheckpoint(const std::string& learner_bytes, const StatePoint& point);
   void ReportDrainingOnce();
   // Rank 0: tells the controller the learner's progress and the last commit.
   void ReportProgress();
@@ -289,6 +294,7 @@ class Worker {
   std::unique_ptr<Learner> learner_;
   Commit commit_;
   bool holds_commit_ = false;  // commit_ is the job's state (not only the fresh model)
+  StatePoint committed_;       // where commit_ stands, once holds_commit_
   int64_t commits_since_copy_ = 0;
   double last_accuracy_ = 0;
   bool stopped_early_ = false;
@@ -484,6 +490,7 @@ void Worker::Sync(Communicator& comm, int rank, int root) {
   commit_ = Commit::Decode(bytes);
   learner_->RestoreState(commit_.learner);
   holds_commit_ = true;
+  committed_ = Point();
 
   const uint64_t mine = ParameterChecksum(learner_->parameters());
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
@@ -524,6 +531,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   pending_ = Pending();
   commit_.learner = learner_->CaptureState();
   holds_commit_ = true;
+  committed_ = Point();
   SendStats(false);
   const bool stop = control[4] > 0;
   if (rank == 0) {
@@ -578,13 +586,17 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
 }
 
 void Worker::WriteCheckpoint(const std::string& learner_bytes) {
+  WriteCheckpoint(learner_bytes, Point());
+}
+
+void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& point) {
   if (train_.checkpoint_dir.empty()) return;
   MakeDirectories(train_.checkpoint_dir);
   const std::string path = CheckpointPath(train_.checkpoint_dir);
   WriteCheckpointFile(path, learner_bytes);
   Log("checkpoint written to %s", path.c_str());
   Tell<proto::CheckpointWritten>(kMethodCheckpoint, [&](proto::CheckpointWritten::Builder m) {
-    ToProto(Point(), m.initPoint());
+    ToProto(point, m.initPoint());
     m.setPath(path);
   });
 }
@@ -759,6 +771,18 @@ Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
   return Outcome::kDone;
 }
 
+Worker::Outcome Worker::StopAtOwnCommit(const GenerationOrder& order, int rank) {
+  if (rank != 0) return Outcome::kStopped;
+  if (!holds_commit_ || !(committed_ == order.source.point)) {
+    Log("error: the job stops at %s, but this worker holds %s: no checkpoint written",
+        ToString(order.source.point).c_str(),
+        holds_commit_ ? ToString(committed_).c_str() : "no commit");
+    return Outcome::kStopped;
+  }
+  WriteCheckpoint(commit_.learner, committed_);
+  return Outcome::kStopped;
+}
+
 bool Worker::LoadSource(const GenerationOrder& order, int rank) {
   if (rank != 0) return true;
   const SourceKind kind = order.source.kind;
@@ -790,6 +814,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   const int rank = order.RankOf(member_id_);
   const int world = static_cast<int>(order.members.size());
   world_ = world;
+  if (!order.stop.empty() && order.source.kind == SourceKind::kMember && order.source.rank == 0)
+    return StopAtOwnCommit(order, rank);
   collectives::GlooOptions gloo;
   gloo.hostname = collectives_host_;
   gloo.tag = "train";
