@@ -216,7 +216,9 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
                    "this connection already registered node " + std::to_string(session.node_id));
         return;
       }
-      session.node_id = next_node_id_++;
+      session.node_id = ClaimId(
+          envelope.getRegisterNode().getPreviousId(), options_.first_node_id,
+          [this](uint64_t id) { return nodes_.count(id) > 0; }, next_node_id_);
       nodes_[session.node_id] = envelope.getRegisterNode().getName().cStr();
       nodes_connected_.store(nodes_.size());
       ELASTIC_LOG(kInfo, "head",
@@ -377,6 +379,17 @@ void Head::HandleLookupActor(Session& session, uint64_t request_id,
       });
 }
 
+uint64_t Head::ClaimId(uint64_t previous, uint64_t first,
+                       const std::function<bool(uint64_t)>& in_use, std::atomic<uint64_t>& next) {
+  // An id from an earlier head (below this one's first) or one this head never
+  // issued, and free: the process keeps its name across the restart.
+  if (previous != 0 && (previous < first || previous >= next) && !in_use(previous)) {
+    next.store(std::max(next.load(), previous + 1));
+    return previous;
+  }
+  return next++;
+}
+
 void Head::HandleRegisterMember(Session& session, uint64_t request_id,
                                 proto::RegisterMember::Reader request) {
   if (session.member_id != 0) {
@@ -385,7 +398,9 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
     return;
   }
   Member member;
-  member.info.id = next_member_id_++;
+  member.info.id = ClaimId(
+      request.getPreviousId(), options_.first_member_id,
+      [this](uint64_t id) { return members_.count(id) > 0; }, next_member_id_);
   member.info.name = request.getName().cStr();
   member.info.node_id = request.getNodeId();
   member.info.endpoint = FromProto(request.getEndpoint());
@@ -515,6 +530,8 @@ HeadStats Head::stats() const {
   stats.messages_sent = messages_sent_.load();
   stats.heartbeats_missed = heartbeats_missed_.load();
   stats.nodes_connected = nodes_connected_.load();
+  stats.next_member_id = next_member_id_.load();
+  stats.next_node_id = next_node_id_.load();
   return stats;
 }
 

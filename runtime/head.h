@@ -69,6 +69,10 @@ struct HeadStats {
   // Node agents connected now (the driver waits for remote ones to go before
   // it shuts the head down, so that late joiners learn the job is done).
   uint64_t nodes_connected = 0;
+  // The ids the next registrations get: where a head restarted in its place
+  // starts numbering (HeadOptions::first_member_id, first_node_id).
+  uint64_t next_member_id = 1;
+  uint64_t next_node_id = 1;
 };
 
 class Head {
@@ -105,6 +109,10 @@ class Head {
 
   void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
   void HandleLookupActor(Session& session, uint64_t request_id, proto::LookupActor::Reader lookup);
+  // The id a registering node or member gets: the one it claims (`previous`,
+  // from before a head restart) when that one is free, else `next++`.
+  static uint64_t ClaimId(uint64_t previous, uint64_t first,
+                          const std::function<bool(uint64_t)>& in_use, std::atomic<uint64_t>& next);
   void HandleRegisterMember(Session& session, uint64_t request_id,
                             proto::RegisterMember::Reader request);
   void HandleRegisterActor(Session& session, uint64_t request_id,
@@ -141,8 +149,8 @@ class Head {
   std::map<std::pair<uint64_t, int32_t>, uint64_t> member_by_pid_;
   std::vector<uint64_t> view_;
   uint64_t generation_ = 0;
-  uint64_t next_member_id_ = 1;
-  uint64_t next_node_id_ = 1;
+  std::atomic<uint64_t> next_member_id_{1};  // written on the loop, read by stats()
+  std::atomic<uint64_t> next_node_id_{1};
   KvTable kv_;
   KvTable actors_;  // name -> "host:port"
 

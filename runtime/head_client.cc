@@ -171,19 +171,20 @@ std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds t
   return ToBytes(reply->Envelope().getKvValue().getValue());
 }
 
-uint64_t HeadClient::RegisterNode(const std::string& name, uint32_t workers) {
+uint64_t HeadClient::RegisterNode(const std::string& name, uint32_t workers, uint64_t previous_id) {
   Reply reply = Call(
       [&](proto::Envelope::Builder envelope) {
         auto node = envelope.initRegisterNode();
         node.setName(name);
         node.setWorkers(workers);
+        node.setPreviousId(previous_id);
       },
       options_.request_timeout, "RegisterNode");
   return reply->Envelope().getNodeRegistered().getNodeId();
 }
 
 uint64_t HeadClient::RegisterMember(const std::string& name, uint64_t node_id,
-                                    const Endpoint& endpoint) {
+                                    const Endpoint& endpoint, uint64_t previous_id) {
   Reply reply = Call(
       [&](proto::Envelope::Builder envelope) {
         auto member = envelope.initRegisterMember();
@@ -191,6 +192,7 @@ uint64_t HeadClient::RegisterMember(const std::string& name, uint64_t node_id,
         member.setNodeId(node_id);
         ToProto(endpoint, member.initEndpoint());
         member.setPid(static_cast<int32_t>(getpid()));
+        member.setPreviousId(previous_id);
       },
       options_.request_timeout, "RegisterMember");
   const uint64_t id = reply->Envelope().getMemberRegistered().getMemberId();
@@ -326,6 +328,8 @@ WorkerEnvironment WorkerEnvironment::FromEnvironment() {
     throw std::runtime_error(
         "ELASTIC_HEARTBEAT_TIMEOUT_MS must be larger than ELASTIC_HEARTBEAT_MS");
   }
+  environment.head_reconnect_timeout =
+      MillisecondsFromEnvironment("ELASTIC_HEAD_RECONNECT_MS", environment.head_reconnect_timeout);
   return environment;
 }
 

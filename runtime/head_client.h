@@ -66,12 +66,15 @@ class HeadClient : public KeyValueStore {
   std::optional<std::string> Get(const std::string& key) override;
   std::string Wait(const std::string& key, std::chrono::milliseconds timeout) override;
 
-  // Registers this connection as a node agent; returns the node id.
-  uint64_t RegisterNode(const std::string& name, uint32_t workers);
+  // Registers this connection as a node agent; returns the node id. A node
+  // whose head was restarted claims the id it had (`previous_id`): the head
+  // grants it when no one else has it.
+  uint64_t RegisterNode(const std::string& name, uint32_t workers, uint64_t previous_id = 0);
   // Registers this process as a member; returns its stable member id. With
   // the head admitting joins, the member is in the view that comes back in
-  // the "joined" update.
-  uint64_t RegisterMember(const std::string& name, uint64_t node_id, const Endpoint& endpoint);
+  // the "joined" update. `previous_id` as for RegisterNode.
+  uint64_t RegisterMember(const std::string& name, uint64_t node_id, const Endpoint& endpoint,
+                          uint64_t previous_id = 0);
   // Leaves the membership on purpose (subscribers see "left", not "failed").
   void Leave();
   // 0 before RegisterMember.
@@ -135,6 +138,9 @@ struct WorkerEnvironment {
   // The agent's heartbeat interval and timeout (ELASTIC_HEARTBEAT_MS,
   // ELASTIC_HEARTBEAT_TIMEOUT_MS), so that its workers judge silence as it does.
   TransportOptions transport;
+  // How long the agent waits for a lost head to come back
+  // (ELASTIC_HEAD_RECONNECT_MS): its workers wait as long, then it stops them.
+  std::chrono::milliseconds head_reconnect_timeout{60000};
 
   static WorkerEnvironment FromEnvironment();
   HeadClientOptions ClientOptions(const std::string& name) const;

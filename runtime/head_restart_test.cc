@@ -127,5 +127,30 @@ TEST(HeadClientRestartTest, NewClientRegistersWithAHeadRestartedOnTheSamePort) {
   EXPECT_EQ(membership.view.members[0].id, new_id);
 }
 
+// After a restart, a node and a member claim the ids they had: granted when
+// free and issued by an earlier head; an id this head gave someone else, or
+// one in use, is not handed out twice.
+TEST(HeadNumberingTest, ARestartedProcessGetsItsPreviousIdBackWhenFree) {
+  HeadOptions options;
+  options.first_member_id = 10;
+  options.first_node_id = 5;
+  Head head(options);
+  HeadClient agent(ClientOf(head, "agent"));
+  EXPECT_EQ(agent.RegisterNode("node", 0, 3), 3u);  // from the head before
+  HeadClient rival_agent(ClientOf(head, "rival-agent"));
+  EXPECT_EQ(rival_agent.RegisterNode("rival", 0, 3), 5u);  // 3 is taken
+
+  HeadClient back(ClientOf(head, "back"));
+  EXPECT_EQ(back.RegisterMember("back", 3, kSomewhere, 7), 7u);
+  HeadClient rival(ClientOf(head, "rival"));
+  EXPECT_EQ(rival.RegisterMember("rival", 3, kSomewhere, 7), 10u);  // 7 is in use
+  HeadClient issued(ClientOf(head, "issued"));
+  EXPECT_EQ(issued.RegisterMember("issued", 3, kSomewhere, 10), 11u);  // this head's own id
+  HeadClient unknown(ClientOf(head, "unknown"));
+  EXPECT_EQ(unknown.RegisterMember("unknown", 3, kSomewhere, 40), 40u);  // never issued here
+  HeadClient next(ClientOf(head, "next"));
+  EXPECT_EQ(next.RegisterMember("next", 3, kSomewhere), 41u);  // numbering went past it
+}
+
 }  // namespace
 }  // namespace elastic::runtime

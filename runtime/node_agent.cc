@@ -105,7 +105,8 @@ void NodeAgent::ConnectToHead(std::chrono::milliseconds connect_timeout) {
   HeadClientOptions client_options = HeadOptionsOf(options_);
   client_options.transport.connect_timeout = connect_timeout;
   auto client = std::make_shared<HeadClient>(client_options);
-  const uint64_t node_id = client->RegisterNode(options_.name, 0);
+  // After a head restart: the same node id, which its workers registered under.
+  const uint64_t node_id = client->RegisterNode(options_.name, 0, node_id_.load());
   std::shared_ptr<HeadClient> replaced;  // destroyed after the lock is released
   uint64_t epoch = 0;
   {
@@ -265,6 +266,8 @@ pid_t NodeAgent::ForkWorker(uint32_t index, uint64_t node_id) {
   extra["ELASTIC_HEARTBEAT_MS"] = std::to_string(options_.transport.heartbeat_interval.count());
   extra["ELASTIC_HEARTBEAT_TIMEOUT_MS"] =
       std::to_string(options_.transport.heartbeat_timeout.count());
+  extra["ELASTIC_HEAD_RECONNECT_MS"] =
+      std::to_string(std::max<int64_t>(1, options_.head_reconnect_timeout.count()));
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;

@@ -327,15 +327,15 @@ TEST(NodeAgentHeadRestartTest, AgentReregistersWithARestartedHeadAndKeepsItsWork
 
   ASSERT_TRUE(WaitUntil([&] { return head->stats().nodes_connected == 1; }, kPatience));
   EXPECT_TRUE(WaitUntil([&] { return agent.head_connected(); }, kPatience));
-  EXPECT_EQ(agent.node_id(), first_node_id + 100);
+  // It keeps its id (what its workers registered under), not the new head's next.
+  EXPECT_EQ(agent.node_id(), first_node_id);
   EXPECT_EQ(agent.running_workers(), std::vector<pid_t>{worker});
   EXPECT_TRUE(ProcessAlive(worker));
   EXPECT_TRUE(agent.exits().empty());
 
   const pid_t second = agent.SpawnWorkers(1).at(0);
   ASSERT_TRUE(WaitForSleeper(second));
-  EXPECT_EQ(testing::ProcessEnvironment(second)["ELASTIC_NODE_ID"],
-            std::to_string(first_node_id + 100));
+  EXPECT_EQ(testing::ProcessEnvironment(second)["ELASTIC_NODE_ID"], std::to_string(first_node_id));
 
   kill(worker, SIGKILL);
   ASSERT_TRUE(WaitUntil([&] { return log.Count(MembershipEventKind::kExited) == 1; }, kPatience));

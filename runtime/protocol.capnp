@@ -78,6 +78,7 @@ struct Endpoint {
 struct RegisterNode {
   name @0 :Text;
   workers @1 :UInt32;   # how many worker processes the node agent runs
+  previousId @2 :UInt64; # the id it had with a head that was restarted; 0: none
 }
 
 struct NodeRegistered {
@@ -91,6 +92,7 @@ struct RegisterMember {
   nodeId @1 :UInt64;    # 0 when not started by a node agent
   endpoint @2 :Endpoint; # its actor system, where actors of this member listen
   pid @3 :Int32;
+  previousId @4 :UInt64; # the id it had with a head that was restarted; 0: none
 }
 
 struct MemberRegistered {
