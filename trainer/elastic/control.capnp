@@ -156,23 +156,23 @@ struct WorkerStats {
   allreduceBytes @6 :UInt64;
 }
 
-# The controller's journal in --state-dir: what a restarted controller needs
-# to take the job over. Rewritten whole (temp file, fsync, rename).
+# The controller's journal in --state-dir (journal.h): what a restarted
+# controller needs to take the job over. Rewritten whole (temporary file,
+# fsync, rename); the file is a magic, a checksum and a length before this
+# message.
 struct Journal {
-  args @0 :List(Text);
-  generation @1 :UInt64;     # the last generation published
-  nextMemberId @2 :UInt64;
-  nextNodeId @3 :UInt64;
-  started @4 :Bool;          # the first sync happened
-  newest @5 :StatePoint;     # the newest commit known to exist
-  newestGeneration @6 :UInt64;  # taken in this generation
-  worldOfNewest @7 :UInt32;     # how many members held it
-  checkpoint @8 :StatePoint;
-  hasCheckpoint @9 :Bool;
-  nextEpochSummary @10 :Int64;
-  blacklist @11 :List(BlacklistEntry);
-  struct BlacklistEntry {
-    nodeName @0 :Text;
-    untilWallSeconds @1 :Float64;
-  }
+  jobId @0 :Text;            # random hex at the job's start
+  args @1 :List(Text);       # the job's flags (the workers' spec)
+  generation @2 :UInt64;     # the last generation published
+  nextMemberId @3 :UInt64;   # ids a restarted head must not reuse
+  nextNodeId @4 :UInt64;
+  started @5 :Bool;          # the first sync happened
+  finished @6 :Bool;         # the job is over (a new start begins a new job)
+  exitCode @7 :Int32;        # when finished
+  hasNewest @8 :Bool;
+  newest @9 :StatePoint;     # the newest commit known to exist
+  worldOfNewest @10 :UInt32; # how many members held it
+  hasCheckpoint @11 :Bool;
+  checkpoint @12 :StatePoint;
+  printedEpoch @13 :Int64;   # the last epoch summary printed (1-based)
 }

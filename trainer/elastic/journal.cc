@@ -1,0 +1,287 @@
+#include "trainer/elastic/journal.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <kj/array.h>
+#include <kj/exception.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <system_error>
+
+#include "trainer/elastic/control.capnp.h"
+
+namespace elastic::trainer {
+namespace {
+
+constexpr char kMagic[] = "ELJRNL01";  // the last two characters are the version
+constexpr size_t kMagicSize = 8;
+constexpr size_t kVersionOffset = 6;  // "ELJRNL" then the version
+constexpr size_t kHeaderSize = 24;    // magic, checksum, payload length
+// Far above any journal (a few flags and numbers); bounds what garbage can allocate.
+constexpr uint64_t kMaxPayload = 64ull << 20;
+
+std::runtime_error Error(const std::string& path, const std::string& what) {
+  return std::runtime_error("journal " + path + ": " + what);
+}
+
+std::runtime_error ErrnoError(const std::string& path, const std::string& what, int error) {
+  return Error(path, what + ": " + std::strerror(error));
+}
+
+uint64_t Fnv1a64(const unsigned char* data, size_t size) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= data[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+void PutLittleEndian(uint64_t value, std::string& out) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t GetLittleEndian(const std::string& bytes, size_t offset) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i)
+    value = (value << 8) | static_cast<unsigned char>(bytes[offset + static_cast<size_t>(i)]);
+  return value;
+}
+
+std::string Hex(uint64_t value) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = kDigits[value & 0xf];
+    value >>= 4;
+  }
+  return out;
+}
+
+void ToProto(const StatePoint& point, proto::StatePoint::Builder builder) {
+  builder.setEpoch(point.epoch);
+  builder.setPosition(point.position);
+  builder.setStep(point.step);
+}
+
+StatePoint FromProto(proto::StatePoint::Reader point) {
+  return {point.getEpoch(), point.getPosition(), point.getStep()};
+}
+
+// The payload: the record as a flat-array Cap'n Proto message.
+kj::Array<capnp::word> Encode(const JournalRecord& record) {
+  capnp::MallocMessageBuilder message;
+  proto::Journal::Builder journal = message.initRoot<proto::Journal>();
+  journal.setJobId(record.job_id);
+  capnp::List<capnp::Text>::Builder args =
+      journal.initArgs(static_cast<unsigned>(record.args.size()));
+  for (size_t i = 0; i < record.args.size(); ++i)
+    args.set(static_cast<unsigned>(i), record.args[i]);
+  journal.setGeneration(record.generation);
+  journal.setNextMemberId(record.next_member_id);
+  journal.setNextNodeId(record.next_node_id);
+  journal.setStarted(record.started);
+  journal.setFinished(record.finished);
+  journal.setExitCode(record.exit_code);
+  journal.setHasNewest(record.newest.has_value());
+  if (record.newest) ToProto(*record.newest, journal.initNewest());
+  journal.setWorldOfNewest(record.world_of_newest);
+  journal.setHasCheckpoint(record.checkpoint.has_value());
+  if (record.checkpoint) ToProto(*record.checkpoint, journal.initCheckpoint());
+  journal.setPrintedEpoch(record.printed_epoch);
+  return capnp::messageToFlatArray(message);
+}
+
+JournalRecord Decode(const std::string& path, const std::string& payload) {
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(payload.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), payload.data(), payload.size());
+  capnp::ReaderOptions options;
+  // Enough to read every field a few times; garbage cannot make it loop.
+  options.traversalLimitInWords = 8 * words.size() + 1024;
+  try {
+    capnp::FlatArrayMessageReader message(words, options);
+    if (message.getEnd() != words.end())
+      throw Error(path, "does not decode: bytes after the message");
+    proto::Journal::Reader journal = message.getRoot<proto::Journal>();
+    JournalRecord record;
+    record.job_id = journal.getJobId();
+    for (capnp::Text::Reader arg : journal.getArgs()) record.args.emplace_back(arg);
+    record.generation = journal.getGeneration();
+    record.next_member_id = journal.getNextMemberId();
+    record.next_node_id = journal.getNextNodeId();
+    record.started = journal.getStarted();
+    record.finished = journal.getFinished();
+    record.exit_code = journal.getExitCode();
+    if (journal.getHasNewest()) record.newest = FromProto(journal.getNewest());
+    record.world_of_newest = journal.getWorldOfNewest();
+    if (journal.getHasCheckpoint()) record.checkpoint = FromProto(journal.getCheckpoint());
+    record.printed_epoch = journal.getPrintedEpoch();
+    return record;
+  } catch (const kj::Exception& e) {
+    throw Error(path, std::string("does not decode: ") + e.getDescription().cStr());
+  }
+}
+
+// Writes all of `bytes` to `fd`.
+void WriteAll(int fd, const std::string& bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ErrnoError(path, "cannot write", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The temporary file being written: closed and removed unless Commit()ed.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& journal) : path_(journal + ".tmp.XXXXXX") {
+    fd_ = ::mkostemp(path_.data(), O_CLOEXEC);  // O_CREAT | O_EXCL, a unique name
+    if (fd_ < 0) throw ErrnoError(journal, "cannot create a temporary file " + path_, errno);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+  // Closes the file, reporting what close() reports (a delayed write error).
+  void Close() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) throw ErrnoError(path_, "cannot close", errno);
+  }
+
+  // Renames the file to `journal`; from here on it is no longer removed.
+  void RenameTo(const std::string& journal) {
+    if (::rename(path_.c_str(), journal.c_str()) != 0)
+      throw ErrnoError(journal, "cannot rename " + path_ + " over it", errno);
+    committed_ = true;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Makes a rename in `dir` durable.
+void SyncDirectory(const std::string& dir, const std::string& journal) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw ErrnoError(journal, "cannot open its directory " + dir + " to sync it", errno);
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0) throw ErrnoError(journal, "cannot sync its directory " + dir, error);
+}
+
+}  // namespace
+
+std::string JournalPath(const std::string& dir) {
+  return (std::filesystem::path(dir) / "journal").string();
+}
+
+void WriteJournal(const std::string& dir, const JournalRecord& record) {
+  const std::string path = JournalPath(dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir.empty() ? "." : dir, error);
+  if (error) throw Error(path, "cannot create the directory " + dir + ": " + error.message());
+
+  const kj::Array<capnp::word> words = Encode(record);
+  const kj::ArrayPtr<const kj::byte> payload = words.asBytes();
+  std::string bytes(kMagic, kMagicSize);
+  PutLittleEndian(Fnv1a64(payload.begin(), payload.size()), bytes);
+  PutLittleEndian(payload.size(), bytes);
+  bytes.append(reinterpret_cast<const char*>(payload.begin()), payload.size());
+
+  TempFile temp(path);
+  WriteAll(temp.fd(), bytes, temp.path());
+  if (::fsync(temp.fd()) != 0) throw ErrnoError(temp.path(), "cannot sync", errno);
+  temp.Close();
+  temp.RenameTo(path);
+  SyncDirectory(dir.empty() ? "." : dir, path);
+}
+
+std::optional<JournalRecord> ReadJournal(const std::string& dir) {
+  const std::string path = JournalPath(dir);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw ErrnoError(path, "cannot open", errno);
+  }
+  std::string bytes;
+  try {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw ErrnoError(path, "cannot stat", errno);
+    if (!S_ISREG(st.st_mode)) throw Error(path, "not a regular file");
+    if (static_cast<uint64_t>(st.st_size) > kHeaderSize + kMaxPayload)
+      throw Error(path, "too large (" + std::to_string(st.st_size) + " bytes)");
+    char buffer[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw ErrnoError(path, "cannot read", errno);
+      }
+      if (n == 0) break;
+      bytes.append(buffer, static_cast<size_t>(n));
+      if (bytes.size() > kHeaderSize + kMaxPayload)
+        throw Error(path, "too large (over " + std::to_string(bytes.size()) + " bytes)");
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+
+  if (bytes.size() < kHeaderSize)
+    throw Error(path, "truncated: " + std::to_string(bytes.size()) +
+                          " bytes, the header alone is " + std::to_string(kHeaderSize));
+  if (bytes.compare(0, kVersionOffset, kMagic, kVersionOffset) != 0)
+    throw Error(path, "not a journal (bad magic)");
+  if (bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0)
+    throw Error(path, "unsupported journal version \"" + bytes.substr(kVersionOffset, 2) +
+                          "\" (this program reads \"" + std::string(kMagic + kVersionOffset) +
+                          "\")");
+  const uint64_t checksum = GetLittleEndian(bytes, kMagicSize);
+  const uint64_t length = GetLittleEndian(bytes, kMagicSize + 8);
+  const uint64_t present = bytes.size() - kHeaderSize;
+  if (length > present)
+    throw Error(path, "truncated: the payload has " + std::to_string(present) + " of " +
+                          std::to_string(length) + " bytes");
+  if (length < present)
+    throw Error(path, std::to_string(present - length) + " bytes after the " +
+                          std::to_string(length) + "-byte payload");
+  if (length == 0 || length % sizeof(capnp::word) != 0)
+    throw Error(path, "malformed: a payload of " + std::to_string(length) + " bytes");
+  const std::string payload = bytes.substr(kHeaderSize);
+  const uint64_t computed =
+      Fnv1a64(reinterpret_cast<const unsigned char*>(payload.data()), payload.size());
+  if (computed != checksum)
+    throw Error(path, "checksum mismatch (stored " + Hex(checksum) + ", computed " + Hex(computed) +
+                          "): the file is corrupt");
+  return Decode(path, payload);
+}
+
+std::string NewJobId() {
+  std::random_device random;
+  const uint64_t value = (static_cast<uint64_t>(random()) << 32) ^ random();
+  return Hex(value);
+}
+
+}  // namespace elastic::trainer
