@@ -631,4 +631,85 @@ TEST(ElasticTest, AWedgedStepIsDroppedByTheStepWatchdog) {
   CheckSamples(dir, 2);
 }
 
+// The controller's machine is lost mid-epoch (kill -9 of a controller-only
+// driver) and the driver is started again with the same --state-dir, port and
+// token: it takes the job over from its journal, the same worker processes
+// reconnect and continue from the commit they hold (not a fresh model, not
+// the checkpoint), and the job finishes with its invariants.
+TEST(ElasticTest, ControllerKilledMidEpochAndRestartedTakesTheJobOver) {
+  const std::string dir = FreshTempDir("controller-restart");
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.erase(std::remove(args.begin(), args.end(), std::string("--workers=2")), args.end());
+  args.push_back("--controller-only");
+  args.push_back("--min-workers=2");
+  args.push_back("--token-file=" + dir + "/token");
+  args.push_back("--state-dir=" + dir + "/state");
+  std::vector<std::string> first_args = args;
+  first_args.push_back("--port=0");
+  auto first = std::make_unique<Process>(first_args, dir + "/driver1.log");
+  const std::string port = HeadPort(*first);
+  ASSERT_FALSE(port.empty()) << first->Output();
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Process>(
+        std::vector<std::string>{kBinary, "--join=127.0.0.1:" + port, "--workers=1",
+                                 "--token-file=" + dir + "/token"},
+        dir + "/join" + std::to_string(i) + ".log"));
+  }
+  ASSERT_TRUE(WaitForStep(*first, 2, 12)) << first->Output();
+  ASSERT_EQ(::kill(first->pid(), SIGKILL), 0);
+  first->Wait(std::chrono::seconds(30));
+  const std::string before = first->Output();
+  int last_generation = 0;
+  const std::regex generation_line("driver: generation (\\d+):");
+  for (auto it = std::sregex_iterator(before.begin(), before.end(), generation_line);
+       it != std::sregex_iterator(); ++it)
+    last_generation = std::max(last_generation, std::stoi((*it)[1]));
+  ASSERT_GT(last_generation, 0) << before;
+
+  std::vector<std::string> second_args = args;
+  second_args.push_back("--port=" + port);
+  Process second(second_args, dir + "/driver2.log");
+  ASSERT_EQ(second.Wait(std::chrono::seconds(400)), 0)
+      << before << second.Output() << nodes[0]->Output() << nodes[1]->Output();
+  for (auto& node : nodes) EXPECT_EQ(node->Wait(std::chrono::seconds(60)), 0) << node->Output();
+  const std::string after = second.Output();
+  const std::string workers = nodes[0]->Output() + nodes[1]->Output();
+  EXPECT_NE(after.find("driver: taking over job "), std::string::npos) << after;
+  EXPECT_EQ(after.find("flags differ"), std::string::npos) << after;  // only --port did
+  EXPECT_EQ(after.find(": 0 workers"), std::string::npos) << after;
+  EXPECT_NE(after.find("2 workers came back after the controller restarted"), std::string::npos)
+      << after;
+  EXPECT_NE(after.find("epoch 3/3 world 2"), std::string::npos) << after;
+  EXPECT_EQ(after.find("epoch 1/3 world"), std::string::npos) << "an epoch printed twice\n"
+                                                              << after;
+  // The same processes: each node started one worker, and both reconnected.
+  const std::regex started("started worker \\d+ as pid");
+  for (auto& node : nodes) {
+    const std::string out = node->Output();
+    EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), started),
+                            std::sregex_iterator()),
+              1)
+        << out;
+    EXPECT_NE(out.find("reconnected to the head after"), std::string::npos) << out;
+  }
+  // The first generation of the new controller restored what the workers
+  // held: epoch 2 (0-based 1), past its start.
+  const std::regex params(
+      "params generation=(\\d+) rank=0 world=2 checksum=[0-9a-f]+ epoch=(\\d+) position=(\\d+) "
+      "step=(\\d+)");
+  int64_t taken_over_step = -1;
+  for (auto it = std::sregex_iterator(workers.begin(), workers.end(), params);
+       it != std::sregex_iterator(); ++it) {
+    if (std::stoi((*it)[1]) <= last_generation) continue;
+    EXPECT_EQ((*it)[2], "1") << (*it)[0];
+    taken_over_step = std::stoll((*it)[4]);
+    break;
+  }
+  // 48 steps in epoch 1 at world 2, then commits every 8 steps.
+  EXPECT_GE(taken_over_step, 48 + 8) << workers;
+  ExpectOneChecksumPerGeneration(workers);
+  CheckSamples(dir, 3);
+}
+
 }  // namespace

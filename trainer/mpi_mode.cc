@@ -33,6 +33,7 @@ void ValidateMpiRun(const ElasticOptions& o) {
       {"--metrics-address", o.metrics_address != d.metrics_address},
       {"--metrics-port", o.metrics_port != d.metrics_port},
       {"--run-dir", o.run_dir != d.run_dir},
+      {"--state-dir", o.state_dir != d.state_dir},
   };
   for (const auto& f : elastic_flags) {
     if (f.set) {

@@ -20,6 +20,7 @@ struct StatePoint {
 # worker wherever it was started.
 struct JobSpec {
   args @0 :List(Text);
+  jobId @1 :Text;  # random at the job's start, kept by a controller that takes it over
 }
 
 # Worker -> controller (tell "hello"): this member's trainer actor and the

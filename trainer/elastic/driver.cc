@@ -36,6 +36,7 @@
 #include "trainer/elastic/job_controller.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/job_metrics.h"
+#include "trainer/elastic/journal.h"
 #include "trainer/progress.h"
 
 namespace elastic::trainer {
@@ -94,6 +95,16 @@ capnp::Data::Reader AsData(const std::string& bytes) {
   return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
 }
 
+// What a controller taking a job over from its journal starts from.
+RecoveredJob Recovered(const JournalRecord& journal) {
+  RecoveredJob job;
+  job.generation = journal.generation;
+  job.newest = journal.newest;
+  job.world_of_newest = journal.world_of_newest;
+  job.checkpoint = journal.checkpoint;
+  return job;
+}
+
 // The job controller's actor: the shell around JobController. It turns the
 // head's membership updates, the trainers' typed messages and its own clock
 // ticks into events, and carries out the actions: views published on the head,
@@ -101,18 +112,27 @@ capnp::Data::Reader AsData(const std::string& bytes) {
 // time (the actor's strand), so the state machine needs no lock.
 class ControllerActor : public runtime::Actor {
  public:
-  ControllerActor(const ElasticOptions& elastic, const TrainOptions& train,
-                  std::vector<std::string> args, ControllerConfig config, runtime::Head& head,
+  // A new job (`taken_over` empty) or one taken over from its journal.
+  ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
+                  std::vector<std::string> args, ControllerConfig config,
+                  const std::optional<JournalRecord>& taken_over, runtime::Head& head,
                   runtime::ActorSystem& actors, JobMetrics& metrics)
       : elastic_(elastic),
         train_(train),
+        job_id_(std::move(job_id)),
         args_(std::move(args)),
         head_(head),
         actors_(actors),
         metrics_(metrics),
         reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every),
         start_(Clock::now()),
-        machine_(config, 0) {}
+        // Before the first sync nobody holds anything yet: the job starts anew.
+        machine_(taken_over && taken_over->started
+                     ? JobController(config, Recovered(*taken_over), 0)
+                     : JobController(config, 0)),
+        // The restarted head's empty view is no generation to announce.
+        printed_generation_(taken_over ? taken_over->generation + 1 : 0),
+        printed_epoch_(taken_over ? taken_over->printed_epoch : 0) {}
 
   std::string Receive(const std::string& method, const std::string& payload) override {
     if (method == runtime::kMembershipMethod) return OnMembership(payload), "";
@@ -168,13 +188,18 @@ class ControllerActor : public runtime::Actor {
   void Carry(const action::TellOver& over);
   void Carry(const action::Say& say) { Say(say.text); }
   void Carry(const action::DropCopy&) { copy_.clear(); }
-  void Carry(const action::Journal&) {}
+  void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);
+  // What a controller restarted in this one's place needs (--state-dir);
+  // `exit_code` kNotFinished while the job goes on.
+  static constexpr int kNotFinished = -1;
+  void WriteJournalNow(int exit_code);
   // Tells the trainer actor of `member` (nothing if it is gone).
   void TellTrainer(uint64_t member, const char* method, const std::string& payload);
 
   const ElasticOptions& elastic_;
   const TrainOptions& train_;
+  const std::string job_id_;
   const std::vector<std::string> args_;
   runtime::Head& head_;
   runtime::ActorSystem& actors_;
@@ -197,7 +222,36 @@ class ControllerActor : public runtime::Actor {
   int64_t printed_epoch_ = 0;  // 1-based epoch of the last summary printed
   std::set<uint64_t> bad_stats_;
   Clock::time_point last_runtime_stats_;
+  std::string journal_error_;  // the last one said, so a full disk is said once
 };
+
+void ControllerActor::WriteJournalNow(int exit_code) {
+  if (elastic_.state_dir.empty()) return;
+  JournalRecord record;
+  record.job_id = job_id_;
+  record.args = args_;
+  record.generation = machine_.generation();
+  const runtime::HeadStats stats = head_.stats();
+  record.next_member_id = stats.next_member_id;
+  record.next_node_id = stats.next_node_id;
+  record.started = machine_.started();
+  record.finished = exit_code != kNotFinished;
+  record.exit_code = record.finished ? exit_code : 0;
+  record.newest = machine_.newest();
+  record.world_of_newest = static_cast<uint32_t>(machine_.world_of_newest());
+  record.checkpoint = machine_.checkpoint();
+  record.printed_epoch = printed_epoch_;
+  try {
+    WriteJournal(elastic_.state_dir, record);
+    journal_error_.clear();
+  } catch (const std::exception& e) {
+    if (journal_error_ == e.what()) return;
+    journal_error_ = e.what();
+    Say(std::string("driver: warning: journal not written, a driver restarted with --state-dir "
+                    "could not take this job over: ") +
+        e.what());
+  }
+}
 
 void ControllerActor::OnMembership(const std::string& payload) {
   const MembershipUpdate update = runtime::DecodeMembershipUpdate(payload);
@@ -256,6 +310,7 @@ std::string ControllerActor::OnSpec() {
   return EncodeMessage<proto::JobSpec>([this](proto::JobSpec::Builder spec) {
     auto list = spec.initArgs(static_cast<unsigned>(args_.size()));
     for (size_t i = 0; i < args_.size(); ++i) list.set(static_cast<unsigned>(i), args_[i]);
+    spec.setJobId(job_id_);
   });
 }
 
@@ -470,6 +525,7 @@ void ControllerActor::Carry(const action::TellOver& over) {
 void ControllerActor::Carry(const action::Finish& finish) {
   if (finish_sent_) return;
   finish_sent_ = true;
+  WriteJournalNow(finish.exit_code);
   finished_.set_value(finish.exit_code);
 }
 
@@ -523,6 +579,68 @@ runtime::TransportOptions TransportFor(const ElasticOptions& elastic) {
   return transport;
 }
 
+std::string Joined(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& arg : args) out += (out.empty() ? "" : " ") + arg;
+  return out;
+}
+
+// `args` without the flags that say where this driver serves (they may change
+// from one start to the next without changing the job).
+std::vector<std::string> TrainingFlags(const std::vector<std::string>& args) {
+  static const char* const kWhere[] = {"--port", "--metrics-port", "--metrics-address",
+                                       "--run-dir"};
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool where = false;
+    for (const char* flag : kWhere) {
+      const std::string name = flag;
+      if (args[i] == name) {
+        where = true;
+        ++i;  // its value is the next argument
+      } else if (args[i].rfind(name + "=", 0) == 0) {
+        where = true;
+      }
+      if (where) break;
+    }
+    if (!where) kept.push_back(args[i]);
+  }
+  return kept;
+}
+
+// The unfinished job in --state-dir, which this driver takes over; nullopt
+// for a new job. A journal that cannot be read stops the driver: starting a
+// new job over it would silently abandon the old one.
+std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic,
+                                           const std::vector<std::string>& args) {
+  if (elastic.state_dir.empty()) return std::nullopt;
+  std::optional<JournalRecord> journal;
+  try {
+    journal = ReadJournal(elastic.state_dir);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(e.what()) +
+                             "; move it away to start a new job in --state-dir " +
+                             elastic.state_dir);
+  }
+  if (!journal) return std::nullopt;
+  if (journal->finished) {
+    Say("driver: the job in --state-dir " + elastic.state_dir + " finished (exit " +
+        std::to_string(journal->exit_code) + "); starting a new job there");
+    return std::nullopt;
+  }
+  Say("driver: taking over job " + journal->job_id + " from " + JournalPath(elastic.state_dir) +
+      ": generation " + std::to_string(journal->generation) + ", newest commit " +
+      (journal->newest ? ToString(*journal->newest) + " held by " +
+                             std::to_string(journal->world_of_newest) + " workers"
+                       : std::string("none")) +
+      ", checkpoint " + (journal->checkpoint ? ToString(*journal->checkpoint) : "none") +
+      "; its workers reconnect and continue from the commit they hold");
+  if (TrainingFlags(journal->args) != TrainingFlags(args))
+    Say("driver: warning: these flags differ from the job's; the job keeps its own: " +
+        Joined(journal->args));
+  return journal;
+}
+
 }  // namespace
 
 ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& train) {
@@ -553,7 +671,17 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 
+  const std::optional<JournalRecord> taken_over = JobToTakeOver(elastic, args);
+  const std::string job_id = taken_over ? taken_over->job_id : NewJobId();
+
   runtime::HeadOptions head_options;
+  if (taken_over) {
+    // One past the journal's generation: a view published just before the
+    // old driver died may not have reached the journal.
+    head_options.first_generation = taken_over->generation + 1;
+    head_options.first_member_id = std::max<uint64_t>(1, taken_over->next_member_id);
+    head_options.first_node_id = std::max<uint64_t>(1, taken_over->next_node_id);
+  }
   head_options.listen_host = elastic.listen;
   head_options.port = static_cast<uint16_t>(elastic.port);
   head_options.admit_joins = false;
@@ -592,7 +720,8 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   actor_options.name = "controller";
   runtime::ActorSystem actors(actor_options);
   auto controller = std::make_shared<ControllerActor>(
-      elastic, train, args, ConfigFor(elastic, train), head, actors, metrics);
+      elastic, train, job_id, taken_over ? taken_over->args : args, ConfigFor(elastic, train),
+      taken_over, head, actors, metrics);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   runtime::ForwardMembershipTo(client, ref);

@@ -66,6 +66,12 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddInt("metrics-port", &o.metrics_port,
            "elastic: port of the driver's Prometheus endpoint; 0: any free port (printed). When "
            "the default is taken the job runs without an endpoint");
+  f.AddString("state-dir", &o.state_dir,
+              "elastic: directory of the controller's journal (the job's id, flags, generation "
+              "and where its newest state is). A driver started again with the same "
+              "--state-dir, --port and --token-file takes an unfinished job over: its workers "
+              "reconnect and continue from the commit they hold. Empty: no journal (losing the "
+              "driver ends the job)");
   f.AddString("run-dir", &o.run_dir,
               "elastic: directory for the driver's end-of-run report (report.html); empty: "
               "runs/<date-time> in the directory the job was started from");
@@ -102,6 +108,8 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
     throw FlagError("--controller-only and --join do not go together");
   if (o.controller_only && o.workers > 0)
     throw FlagError("--controller-only runs no workers: drop --workers (workers come with --join)");
+  if (!o.state_dir.empty() && !o.join.empty())
+    throw FlagError("--state-dir is the driver's: a node that joins keeps no journal");
   if (o.state_copy_every < 0) throw FlagError("--state-copy-every must be >= 0");
   if (!(o.step_timeout >= 1) || o.step_timeout > 86400)
     throw FlagError("--step-timeout must be in [1, 86400] seconds");

@@ -40,6 +40,8 @@ struct ElasticOptions {
   std::string metrics_address = "127.0.0.1";
   int64_t metrics_port = 9464;
   std::string run_dir;  // "": runs/<date-time> in the directory the job was started from
+  // The controller's journal; a driver restarted with it takes the job over.
+  std::string state_dir;
 };
 
 // Binds every ElasticOptions field to a flag of `flags`.

@@ -96,6 +96,24 @@ TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
   EXPECT_FALSE(IsElasticRun(ElasticOptions()));
 }
 
+TEST(ElasticOptionsTest, StateDirIsTheDriversOnly) {
+  TrainOptions train;
+  ElasticOptions elastic;
+  elastic.controller_only = true;
+  elastic.state_dir = "/tmp/job-state";
+  EXPECT_NO_THROW(ValidateElasticOptions(elastic, train));
+  elastic.controller_only = false;
+  elastic.join = "h:1";
+  elastic.workers = 1;
+  elastic.token_file = "t";
+  try {
+    ValidateElasticOptions(elastic, train);
+    ADD_FAILURE() << "--state-dir with --join accepted";
+  } catch (const FlagError& e) {
+    EXPECT_NE(std::string(e.what()).find("--state-dir"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ElasticOptionsTest, ControllerOnlyRunsNoWorkersAndTakesNoJoin) {
   TrainOptions train;
   ElasticOptions elastic;

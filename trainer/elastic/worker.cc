@@ -193,15 +193,16 @@ class Worker {
   // Owns the connection to the head, so that no membership callback can run
   // once the Worker is being destroyed.
   Worker(std::unique_ptr<runtime::HeadClient> head, std::unique_ptr<runtime::ActorSystem> actors,
-         runtime::Endpoint controller, TrainOptions train, ElasticOptions elastic, uint64_t node_id,
-         uint32_t worker_index)
+         runtime::Endpoint controller, TrainOptions train, ElasticOptions elastic,
+         std::string job_id, runtime::WorkerEnvironment env)
       : train_(std::move(train)),
         elastic_(std::move(elastic)),
-        node_id_(node_id),
-        worker_index_(worker_index),
+        job_id_(std::move(job_id)),
+        env_(std::move(env)),
+        node_id_(env_.node_id),
+        worker_index_(env_.worker_index),
         watchdog_(std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 1000))),
         client_(std::move(head)),
-        head_(*client_),
         actors_(std::move(actors)),
         controller_(actors_->Remote(kControllerActor, controller)) {}
   ~Worker() {
@@ -215,6 +216,16 @@ class Worker {
   enum class Outcome { kChange, kFailed, kDone, kStopped };
 
   void OnUpdate(const runtime::MembershipUpdate& update);
+  // Subscribes to the head's views, registers (under the member id it had, if
+  // any) and tells the controller what commit it holds.
+  void Join();
+  // The head's connection closed: the generation cannot go on (its commits and
+  // orders need the controller), so its collectives are aborted.
+  void OnHeadLost(const std::string& reason);
+  // Waits up to the agent's head_reconnect_timeout for the head (a restarted
+  // controller) to answer again, then Join()s keeping the commit it holds.
+  // Throws FatalError when none comes back or it runs another job.
+  void Reconnect();
   // Aborts the communicators of generations older than `generation`.
   void AbortOlderThan(uint64_t generation);
   // The next generation to train in, or nullopt when this worker should exit.
@@ -277,6 +288,8 @@ class Worker {
 
   TrainOptions train_;
   ElasticOptions elastic_;
+  const std::string job_id_;  // the controller's: a controller of another job is not ours
+  const runtime::WorkerEnvironment env_;
   uint64_t node_id_;
   uint32_t worker_index_;  // on its node: picks the GPU with --device=cuda
   uint64_t member_id_ = 0;
@@ -319,6 +332,7 @@ class Worker {
   // generation that would retry it, and why it failed.
   std::optional<std::chrono::steady_clock::time_point> give_up_at_;
   std::string rendezvous_error_;
+  std::string head_lost_reason_;  // guarded by mutex_
   bool drain_reported_ = false;
   // For the driver's metrics (worker_stats.h): allreduces and step times.
   WorkerStats stats_;
@@ -330,8 +344,9 @@ class Worker {
   std::string collectives_host_;
 
   // Last: destroyed (in ~Worker, explicitly) before everything their callbacks touch.
+  // client_ is replaced (on the training thread, between generations) when
+  // the head is lost and comes back.
   std::unique_ptr<runtime::HeadClient> client_;
-  runtime::HeadClient& head_;
   std::unique_ptr<runtime::ActorSystem> actors_;
   runtime::ActorRef controller_;
   std::shared_ptr<TrainerInbox> inbox_;
@@ -358,6 +373,87 @@ void Worker::OnUpdate(const runtime::MembershipUpdate& update) {
   // needs no decision): whoever is blocked in an old collective must not wait
   // for a peer that is gone.
   AbortOlderThan(update.view.generation);
+}
+
+void Worker::Join() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    latest_ = runtime::MembershipView();  // a restarted head numbers its own views
+  }
+  client_->Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
+  char hostname[256] = "localhost";
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  member_id_ = client_->RegisterMember(std::string("worker@") + hostname, node_id_,
+                                       actors_->endpoint(), member_id_);
+  stats_publisher_.SetMemberId(member_id_);
+  client_->OnDisconnect([this](const std::string& reason) { OnHeadLost(reason); });
+  Tell<proto::Hello>(kMethodHello, [&](proto::Hello::Builder m) {
+    m.setMemberId(member_id_);
+    m.setHoldsCommit(holds_commit_);
+    if (holds_commit_) ToProto(committed_, m.initCommit());
+  });
+}
+
+void Worker::OnHeadLost(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  head_lost_reason_ = reason;
+  if (live_comm_ != nullptr) live_comm_->Abort();
+  if (grad_comm_ != nullptr) grad_comm_->Abort();
+}
+
+void Worker::Reconnect() {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reason = head_lost_reason_;
+  }
+  const auto timeout = env_.head_reconnect_timeout;
+  Log("lost the head at %s:%u (%s); holding %s, reconnecting for up to %lld ms",
+      env_.head_host.c_str(), static_cast<unsigned>(env_.head_port), reason.c_str(),
+      holds_commit_ ? ("the commit at " + ToString(committed_)).c_str() : "no commit",
+      static_cast<long long>(timeout.count()));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  std::string last_error = reason;
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      auto client = std::make_unique<runtime::HeadClient>(
+          env_.ClientOptions("worker-" + std::to_string(worker_index_)));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      // A restarted driver registers its controller right after its head listens.
+      const runtime::Endpoint endpoint =
+          client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1)));
+      runtime::ActorRef controller = actors_->Remote(kControllerActor, endpoint);
+      MessageBytes bytes(controller.Ask(kMethodSpec, "", std::chrono::seconds(30)).get(),
+                         "job spec");
+      const std::string job = bytes.Get<proto::JobSpec>().getJobId().cStr();
+      if (job != job_id_) {
+        throw FatalError(
+            "the head at " + env_.head_host + ":" + std::to_string(env_.head_port) +
+            " came back with another job (" + job + ", this worker's is " + job_id_ +
+            "): its driver was restarted without this job's --state-dir. This worker's " +
+            (holds_commit_ ? "commit at " + ToString(committed_) : std::string("state")) +
+            " is not carried into another job; it exits");
+      }
+      client_ = std::move(client);
+      controller_ = controller;
+      Join();
+      Log("reconnected to the head after %.1f s; member %llu of job %s",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          static_cast<unsigned long long>(member_id_), job_id_.c_str());
+      return;
+    } catch (const FatalError&) {
+      throw;
+    } catch (const std::exception& e) {
+      last_error = e.what();
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+  throw FatalError("lost the connection to the head and it did not come back within " +
+                   std::to_string(timeout.count()) +
+                   " ms (the node agent's head_reconnect_timeout)" +
+                   "; last attempt: " + last_error);
 }
 
 void Worker::AbortOlderThan(uint64_t generation) {
@@ -437,7 +533,7 @@ std::optional<GenerationOrder> Worker::WaitForGeneration() {
       continue;                                  // not admitted (yet)
     }
     // Without its head this worker can neither be told nor rendezvous.
-    if (!head_.connected()) throw FatalError("lost the connection to the head");
+    if (!client_->connected()) Reconnect();
     bool in_view = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -827,7 +923,7 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   gloo.rendezvous_timeout = std::min<std::chrono::milliseconds>(
       std::chrono::seconds(30),
       std::chrono::milliseconds(static_cast<int64_t>(elastic_.step_timeout * 1000)));
-  collectives::GlooCommunicatorFactory factory(head_, gloo);
+  collectives::GlooCommunicatorFactory factory(*client_, gloo);
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Communicator> nccl;
   try {
@@ -838,7 +934,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
       options.device = device_.index();
       options.tag = "grad";
       nccl = std::make_unique<MeteredCommunicator>(
-          collectives::NcclCommunicatorFactory(head_, options).Create({generation_, rank, world}),
+          collectives::NcclCommunicatorFactory(*client_, options)
+              .Create({generation_, rank, world}),
           stats_);
     }
   } catch (const std::exception& e) {
@@ -946,11 +1043,7 @@ int Worker::Run() {
   collectives_host_ = SourceAddressToward(env.head_host, env.head_port);
   inbox_ = std::make_shared<TrainerInbox>([this](uint64_t g) { AbortOlderThan(g); });
   actors_->Spawn(kTrainerActor, inbox_);
-  head_.Subscribe([this](const runtime::MembershipUpdate& update) { OnUpdate(update); });
-  char hostname[256] = "localhost";
-  ::gethostname(hostname, sizeof(hostname) - 1);
-  member_id_ =
-      head_.RegisterMember(std::string("worker@") + hostname, node_id_, actors_->endpoint());
+  Join();
   Log("training on %s", device_.str().c_str());
   if (!elastic_.log_samples.empty()) {
     MakeDirectories(elastic_.log_samples);
@@ -960,11 +1053,6 @@ int Worker::Run() {
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
-  stats_publisher_.SetMemberId(member_id_);
-  Tell<proto::Hello>(kMethodHello, [&](proto::Hello::Builder m) {
-    m.setMemberId(member_id_);
-    m.setHoldsCommit(false);
-  });
   Log("registered (node %llu) from %s; waiting for a generation",
       static_cast<unsigned long long>(node_id_), collectives_host_.c_str());
 
@@ -972,18 +1060,18 @@ int Worker::Run() {
     const std::optional<GenerationOrder> order = WaitForGeneration();
     if (!order) {
       Log("leaving the job");
-      head_.Leave();
+      client_->Leave();
       return kExitOk;
     }
     switch (RunGeneration(*order)) {
       case Outcome::kDone:
         Log("training finished");
-        head_.Leave();  // a goodbye, so the head does not count it as a failure
+        client_->Leave();  // a goodbye, so the head does not count it as a failure
         return kExitOk;
       case Outcome::kStopped:
         // The job's outcome is the driver's exit status; ours says we stopped cleanly.
         Log("stopped: %s", order->stop.c_str());
-        head_.Leave();
+        client_->Leave();
         return kExitOk;
       case Outcome::kChange:
       case Outcome::kFailed:
@@ -1023,9 +1111,10 @@ int RunWorker() {
     MessageBytes bytes(spec, "job spec");
     TrainOptions train;
     ElasticOptions elastic;
-    ParseJobArgs(ToStrings(bytes.Get<proto::JobSpec>().getArgs()), &train, &elastic);
-    Worker worker(std::move(head), std::move(actors), controller, train, elastic, env.node_id,
-                  env.worker_index);
+    const proto::JobSpec::Reader job = bytes.Get<proto::JobSpec>();
+    ParseJobArgs(ToStrings(job.getArgs()), &train, &elastic);
+    Worker worker(std::move(head), std::move(actors), controller, train, elastic,
+                  job.getJobId().cStr(), env);
     return worker.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[worker pid %d] error: %s\n", static_cast<int>(::getpid()), e.what());
