@@ -16,6 +16,22 @@ Events:
         process; admitted at the next epoch boundary. (torchrun has no join
         without a second node agent and a restart of everyone; not measured.)
 
+  killall  SIGKILL of every worker at once (spot capacity reclaimed), and at
+        once a node with as many workers joins (the replacement capacity).
+        Ours: the joiners continue from the controller's copy of the last
+        commit. torchrun: every worker killed, its agent restarts them all from
+        the last checkpoint.
+  controller  SIGKILL of our controller-only driver (--state-dir) and its
+        restart with the same flags; the joined workers reconnect and continue
+        from their in-memory commit. torchrun: its agent hosts the rendezvous
+        store, so the job ends with it (not measured: nothing to compare).
+  reset  every TCP connection of one worker reset from outside (`ss -K`, needs
+        CAP_NET_ADMIN), no process killed. Ours: the head counts the worker
+        failed, the others go on from the last commit (the worker reconnects
+        and re-enters at the next epoch boundary). torchrun: not measured (a
+        reset Gloo pair fails that worker's collective; the agent then restarts
+        everyone, as for kill).
+
 The clock starts when this script sends the signal (kill) or starts the
 joining process (join), and stops when the first step of the new generation is
 seen: for ours the driver's line "driver: rescale: generation G (W workers,
@@ -186,6 +202,111 @@ def ours_join(args, workers, tmp, log):
         job.stop()
 
 
+def worker_pids(job, generation):
+    """rank -> pid of the workers of `generation`, from their sync lines."""
+    ranks = {}
+    for _, line in job.history:
+        m = WORKER_RANK.search(line)
+        if m and int(m.group(2)) == generation:
+            ranks[int(m.group(3))] = int(m.group(1))
+    return ranks
+
+
+def ours_kill_all(args, workers, tmp, log):
+    token = os.path.join(tmp, "token")
+    job = Job(ours_argv(args, workers, token), log=log)
+    joiner = None
+    try:
+        _, _, listen = job.wait_for(LISTEN.search, args.timeout)
+        _, generation, _ = wait_generation(job, workers, 0, args.timeout)
+        time.sleep(args.settle)
+        ranks = worker_pids(job, generation)
+        if len(ranks) < workers:
+            raise RuntimeError(f"saw the ranks of {len(ranks)} of {workers} workers in the log")
+        killed = time.time()
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGKILL)
+        joiner = Job([args.ours, f"--join={listen.group(1)}:{listen.group(2)}",
+                      f"--workers={workers}", f"--token-file={token}"], log=log)
+        seen, _, reported = wait_generation(job, workers, generation, args.timeout)
+        return {"seconds": seen - killed, "after_detection": reported,
+                "published": published_after(job, killed)}
+    finally:
+        if joiner:
+            joiner.stop()
+        job.stop()
+
+
+def ours_controller_restart(args, workers, tmp, log):
+    token = os.path.join(tmp, "token")
+    state = tempfile.mkdtemp(prefix="state_", dir=tmp)
+    argv = ours_argv(args, workers, token)
+    argv = [a for a in argv if not a.startswith("--workers=")]
+    argv += ["--controller-only", f"--min-workers={workers}", f"--state-dir={state}"]
+    job = Job(argv + ["--port=0"], log=log)
+    node = restarted = None
+    try:
+        _, _, listen = job.wait_for(LISTEN.search, args.timeout)
+        node = Job([args.ours, f"--join={listen.group(1)}:{listen.group(2)}",
+                    f"--workers={workers}", f"--token-file={token}"], log=log)
+        wait_generation(job, workers, 0, args.timeout)
+        time.sleep(args.settle)
+        killed = time.time()
+        job.stop()
+        restarted = Job(argv + [f"--port={listen.group(2)}"], log=log)
+        seen, _, reported = wait_generation(restarted, workers, 0, args.timeout)
+        return {"seconds": seen - killed, "after_detection": reported,
+                "published": published_after(restarted, killed)}
+    finally:
+        for j in (restarted, node, job):
+            if j:
+                j.stop()
+
+
+def reset_connections(pid):
+    """Resets every established TCP connection of `pid` with `ss -K`."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    for port in ports:
+        said = subprocess.run(["ss", "-K", "-tn", f"sport = :{port}"], capture_output=True,
+                              text=True)
+        if said.returncode != 0 or "SOCK_DESTROY" in said.stdout + said.stderr:
+            raise RuntimeError(f"ss -K refused: {said.stdout + said.stderr}")
+    return len(ports)
+
+
+def ours_reset(args, workers, tmp, log):
+    job = Job(ours_argv(args, workers, os.path.join(tmp, "token")), log=log)
+    try:
+        _, generation, _ = wait_generation(job, workers, 0, args.timeout)
+        time.sleep(args.settle)
+        ranks = worker_pids(job, generation)
+        if len(ranks) < workers:
+            raise RuntimeError(f"saw the ranks of {len(ranks)} of {workers} workers in the log")
+        reset = time.time()
+        if reset_connections(ranks[max(ranks)]) == 0:
+            raise RuntimeError("the worker had no connection to reset")
+        seen, _, reported = wait_generation(job, workers - 1, generation, args.timeout)
+        return {"seconds": seen - reset, "after_detection": reported,
+                "published": published_after(job, reset)}
+    finally:
+        job.stop()
+
+
 def free_port():
     """A port the OS has just given out and taken back (torchrun needs a number;
     --standalone's fixed 29400 collides with any other torchrun on the machine)."""
@@ -201,7 +322,7 @@ def torchrun_argv(workers):
             f"--rdzv_id=bench{os.getpid()}", f"--nproc_per_node={workers}"]
 
 
-def torchrun_kill(args, workers, tmp, log, monitor_interval):
+def torchrun_kill(args, workers, tmp, log, monitor_interval, every_worker=False):
     argv = torchrun_argv(workers) + ["--max_restarts=3"]
     if monitor_interval is not None:
         argv.append(f"--monitor_interval={monitor_interval}")
@@ -235,9 +356,10 @@ def torchrun_kill(args, workers, tmp, log, monitor_interval):
                 pass
         if len(peers) < workers:
             raise RuntimeError(f"found {len(peers)} of {workers} DDP workers")
-        victim = max(peers)[1]
+        victims = [pid for _, pid in peers] if every_worker else [max(peers)[1]]
         killed = time.time()
-        os.kill(victim, signal.SIGKILL)
+        for victim in victims:
+            os.kill(victim, signal.SIGKILL)
         _, _, step = job.wait_for(step_of(1, 0), args.timeout)
         result = {"seconds": step["time"] - killed}
         # Where the time went: the restarted rank 0's START line says when its
@@ -253,6 +375,9 @@ def torchrun_kill(args, workers, tmp, log, monitor_interval):
         return result
     finally:
         job.stop()
+
+
+EVENTS = ("kill", "leave", "join", "killall", "controller", "reset")
 
 
 def fmt(result):
@@ -291,8 +416,8 @@ def main():
         parser.error("--workers: every world needs at least 2 workers (one is removed or added)")
     events = args.events.split(",")
     for event in events:
-        if event not in ("kill", "leave", "join"):
-            parser.error(f"--events: unknown event {event!r} (kill, leave, join)")
+        if event not in EVENTS:
+            parser.error(f"--events: unknown event {event!r} ({', '.join(EVENTS)})")
     intervals = [None if v == "default" else float(v)
                  for v in args.monitor_intervals.split(",") if v]
     log = open(args.log, "a") if args.log else None
@@ -307,17 +432,24 @@ def main():
                         row["ours"] = ours_remove(args, workers, tmp, log, signal.SIGKILL)
                     elif event == "leave":
                         row["ours"] = ours_remove(args, workers, tmp, log, signal.SIGTERM)
+                    elif event == "killall":
+                        row["ours"] = ours_kill_all(args, workers, tmp, log)
+                    elif event == "controller":
+                        row["ours"] = ours_controller_restart(args, workers, tmp, log)
+                    elif event == "reset":
+                        row["ours"] = ours_reset(args, workers, tmp, log)
                     else:
                         row["ours"] = ours_join(args, workers, tmp, log)
                 except (TimeoutError, RuntimeError, OSError) as e:
                     row["ours"] = f"not measured: {e}"
                 for interval in intervals:
                     key = f"torchrun_{'default' if interval is None else interval}"
-                    if event != "kill":
+                    if event not in ("kill", "killall"):
                         row[key] = "n/a"
                         continue
                     try:
-                        row[key] = torchrun_kill(args, workers, tmp, log, interval)
+                        row[key] = torchrun_kill(args, workers, tmp, log, interval,
+                                                 every_worker=event == "killall")
                     except (TimeoutError, RuntimeError, OSError) as e:
                         row[key] = f"not measured: {e}"
                 rows.append(row)

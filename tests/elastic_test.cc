@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -165,6 +166,63 @@ void CheckSamples(const std::string& dir, int epochs) {
   }
 }
 
+// The last (1-based) epoch whose summary `output` printed; 0 if none.
+int LastPrintedEpoch(const std::string& output) {
+  const std::regex re("epoch (\\d+)/\\d+ world \\d+ \\|");
+  int last = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it)
+    last = std::max(last, std::stoi((*it)[1]));
+  return last;
+}
+
+// Resets every established TCP connection of process `pid` (its own end, found
+// through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the
+// process lives on. Returns how many connections were reset.
+int ResetConnectionsOf(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = ::opendir(fd_dir.c_str())) {
+    while (dirent* entry = ::readdir(d)) {
+      char target[256];
+      const std::string link = fd_dir + "/" + entry->d_name;
+      const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      const std::string t(target, static_cast<size_t>(n));
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    ::closedir(d);
+  }
+  std::set<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(ReadFile(table));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      if (state != "01" || inodes.count(inode) == 0) continue;  // 01: established
+      ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+  }
+  for (int port : ports) {
+    // ss exits 0 even when the kernel refuses (no CAP_NET_ADMIN): read what it says.
+    const std::string command = "ss -K -tn 'sport = :" + std::to_string(port) + "' 2>&1";
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return -1;
+    std::string said;
+    char buffer[256];
+    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) said += buffer;
+    if (::pclose(pipe) != 0 || said.find("SOCK_DESTROY") != std::string::npos) {
+      std::fprintf(stderr, "ss -K failed: %s\n", said.c_str());
+      return -1;
+    }
+  }
+  return static_cast<int>(ports.size());
+}
+
 // The fault-free run's final accuracy, for the runs with a failure and the
 // same flags and seed (tests run in the order of this file).
 double g_fault_free_accuracy = -1;
@@ -270,11 +328,15 @@ TEST(ElasticTest, PauseWithinTheHeartbeatTimeoutIsNotAFailure) {
 }
 
 // A worker silent for longer is declared failed by the head; the survivor
-// restores the last commit and finishes alone.
+// restores the last commit and goes on alone. The silent process, when it
+// wakes up, finds its connection closed, reconnects as a new member with its
+// commit and is admitted again at the next epoch boundary.
 TEST(ElasticTest, WorkerSilentPastTheHeartbeatTimeoutIsAFailure) {
   const std::string output = HangRankOneForThreeSeconds("hang", "0.5");
   EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << output;
-  EXPECT_NE(output.find("epoch 2/2 world 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("world 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("reconnected to the head after"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
 }
 
 // The job stops (SIGTERM to the driver) one epoch after the joiners took
@@ -710,6 +772,188 @@ TEST(ElasticTest, ControllerKilledMidEpochAndRestartedTakesTheJobOver) {
   EXPECT_GE(taken_over_step, 48 + 8) << workers;
   ExpectOneChecksumPerGeneration(workers);
   CheckSamples(dir, 3);
+}
+
+// A fault that kills no process: every TCP connection of one worker (to the
+// head, to the controller, to its Gloo peers) is reset mid-epoch. The head
+// counts it failed and the other worker goes on; the same process notices,
+// aborts its generation, reconnects with the commit it holds and is admitted
+// again; the job finishes with both workers and its invariants.
+TEST(ElasticTest, EveryConnectionOfAWorkerResetMidEpoch) {
+  const std::string dir = FreshTempDir("reset");
+  Process driver(JobArgs(dir, 2, 3), dir + "/driver.log");
+  const pid_t victim = WorkerPid(driver, 1, 1);
+  ASSERT_GT(victim, 0) << driver.Output();
+  ASSERT_TRUE(WaitForStep(driver, 2, 12)) << driver.Output();
+  const int reset = ResetConnectionsOf(victim);
+  ASSERT_GE(reset, 2) << "connections of worker pid " << victim << " reset: " << reset;
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output();
+  const std::string tag = "pid " + std::to_string(victim) + "] ";
+  EXPECT_NE(output.find(tag + "lost the head"), std::string::npos) << output;
+  EXPECT_NE(output.find(tag + "reconnected to the head after"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 3/3 world 2"), std::string::npos) << output;
+  EXPECT_TRUE(IsRunning(victim) || output.find(tag + "training finished") != std::string::npos)
+      << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 3);
+}
+
+// The spot layout under chaos: a controller-only driver with a journal and
+// nodes that join, hit by 50 random events: one worker killed, several killed
+// at once, every worker killed at once (then a node joins), a graceful leave,
+// a node joining, every connection of a worker reset, the controller killed
+// and started again. Then the job is stopped (SIGTERM to the driver) and the
+// invariants hold over every process's log: one checksum per generation,
+// every sample of every finished epoch exactly once, and no generation after
+// the first started from a fresh model.
+TEST(ElasticTest, SpotChaosWithControllerRestartsThenInvariants) {
+  const std::string dir = FreshTempDir("spot-chaos");
+  std::vector<std::string> args = JobArgs(dir, 2, 1000);
+  args.erase(std::remove(args.begin(), args.end(), std::string("--workers=2")), args.end());
+  for (const char* flag : {"--controller-only", "--min-workers=1", "--rendezvous-timeout=120"})
+    args.push_back(flag);
+  args.push_back("--token-file=" + dir + "/token");
+  args.push_back("--state-dir=" + dir + "/state");
+  std::vector<std::unique_ptr<Process>> drivers;
+  std::vector<std::string> first_args = args;
+  first_args.push_back("--port=0");
+  drivers.push_back(std::make_unique<Process>(first_args, dir + "/driver0.log"));
+  const std::string port = HeadPort(*drivers.back());
+  ASSERT_FALSE(port.empty()) << drivers.back()->Output();
+  args.push_back("--port=" + port);
+
+  std::vector<std::unique_ptr<Process>> nodes;
+  const auto join = [&](int workers) {
+    nodes.push_back(
+        std::make_unique<Process>(std::vector<std::string>{kBinary, "--join=127.0.0.1:" + port,
+                                                           "--workers=" + std::to_string(workers),
+                                                           "--token-file=" + dir + "/token"},
+                                  dir + "/node" + std::to_string(nodes.size()) + ".log"));
+  };
+  join(2);
+  ASSERT_TRUE(WaitForStep(*drivers.back(), 1, 2)) << drivers.back()->Output();
+
+  const std::regex started("started worker \\d+ as pid (\\d+)");
+  const auto live_workers = [&] {
+    std::vector<pid_t> live;
+    for (auto& node : nodes) {
+      const std::string out = node->Output();
+      for (auto it = std::sregex_iterator(out.begin(), out.end(), started);
+           it != std::sregex_iterator(); ++it) {
+        const pid_t pid = static_cast<pid_t>(std::stol((*it)[1]));
+        if (std::find(live.begin(), live.end(), pid) == live.end() && IsRunning(pid))
+          live.push_back(pid);
+      }
+    }
+    return live;
+  };
+  // Steps the current controller has seen: past the first commit it holds a copy.
+  const std::regex step_line("epoch \\d+/\\d+ step \\d+/");
+  const auto steps_seen = [&] {
+    const std::string out = drivers.back()->Output();
+    return std::distance(std::sregex_iterator(out.begin(), out.end(), step_line),
+                         std::sregex_iterator());
+  };
+
+  std::mt19937 random(20261123);
+  std::map<std::string, int> done;
+  for (int event = 0; event < 50; ++event) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000 + random() % 2000));
+    const std::vector<pid_t> live = live_workers();
+    int action = static_cast<int>(random() % 7);
+    if (live.size() < 2 && (action <= 4 || (action == 5 && live.empty()))) {
+      // Too few to kill or reset: a node of two joins.
+      join(2);
+      ++done["join"];
+      continue;
+    }
+    if (live.size() >= 5 && action == 4) action = 0;   // spare the two cores
+    if (action == 2 && steps_seen() < 12) action = 0;  // no copy of the state yet
+    switch (action) {
+      case 0:  // one worker killed
+        ASSERT_EQ(::kill(live[random() % live.size()], SIGKILL), 0);
+        ++done["kill one"];
+        break;
+      case 1: {  // several at once
+        std::vector<pid_t> victims = live;
+        std::shuffle(victims.begin(), victims.end(), random);
+        victims.resize(2 + random() % (live.size() - 1));
+        for (pid_t victim : victims) ::kill(victim, SIGKILL);
+        ++done["kill several"];
+        break;
+      }
+      case 2:  // every worker at once, then a node joins
+        for (pid_t victim : live) ::kill(victim, SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        join(1);
+        ++done["kill every worker"];
+        break;
+      case 3:  // a graceful leave
+        ASSERT_EQ(::kill(live[random() % live.size()], SIGTERM), 0);
+        ++done["leave"];
+        break;
+      case 4:
+        join(1);
+        ++done["join"];
+        break;
+      case 5:
+        ASSERT_GE(ResetConnectionsOf(live[random() % live.size()]), 0);
+        ++done["reset connections"];
+        break;
+      case 6: {  // the controller killed and started again
+        ASSERT_EQ(::kill(drivers.back()->pid(), SIGKILL), 0);
+        drivers.back()->Wait(std::chrono::seconds(30));
+        drivers.push_back(std::make_unique<Process>(
+            args, dir + "/driver" + std::to_string(drivers.size()) + ".log"));
+        ASSERT_FALSE(HeadPort(*drivers.back()).empty()) << drivers.back()->Output();
+        ++done["controller restart"];
+        break;
+      }
+    }
+  }
+  std::string events;
+  for (const auto& [what, count] : done) events += what + " x" + std::to_string(count) + ", ";
+  std::cout << "events: " << events << std::endl;
+  // Training goes on after the chaos: a finished epoch, then a stop.
+  if (live_workers().empty()) join(1);
+  Process& driver = *drivers.back();
+  const int printed = LastPrintedEpoch(driver.Output());
+  ASSERT_FALSE(driver
+                   .WaitFor("epoch (\\d+)/1000 world \\d+ \\|", std::chrono::seconds(300),
+                            [printed](const std::smatch& m) { return std::stoi(m[1]) > printed; })
+                   .empty())
+      << events << driver.Output();
+  ASSERT_EQ(::kill(driver.pid(), SIGTERM), 0);
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output();
+
+  std::string output;
+  for (auto& d : drivers) output += d->Output();
+  for (auto& node : nodes) {
+    node->Wait(std::chrono::seconds(60));
+    output += node->Output();
+  }
+  EXPECT_EQ(output.find("job's progress is lost"), std::string::npos) << output;
+  // A fresh model only in the job's first generation.
+  const std::regex params(
+      "params generation=(\\d+) rank=\\d+ world=\\d+ checksum=[0-9a-f]+ "
+      "epoch=\\d+ position=\\d+ step=(\\d+)");
+  int first_generation = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), params);
+       it != std::sregex_iterator(); ++it) {
+    const int generation = std::stoi((*it)[1]);
+    if (first_generation < 0 || generation < first_generation) first_generation = generation;
+  }
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), params);
+       it != std::sregex_iterator(); ++it) {
+    if (std::stoi((*it)[1]) != first_generation)
+      EXPECT_NE((*it)[2], "0") << "generation " << (*it)[1] << " started from a fresh model";
+  }
+  ExpectOneChecksumPerGeneration(output);
+  int epochs = 0;
+  for (auto& d : drivers) epochs = std::max(epochs, LastPrintedEpoch(d->Output()));
+  ASSERT_GT(epochs, 0);
+  CheckSamples(dir, epochs);
 }
 
 }  // namespace

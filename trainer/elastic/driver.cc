@@ -91,6 +91,14 @@ std::vector<uint64_t> MemberIds(const runtime::MembershipView& view) {
   return ids;
 }
 
+// The live member `id` (in the view or pending) of `m`; nullptr if the head has none.
+const MemberInfo* FindMember(const MembershipUpdate& m, uint64_t id) {
+  for (const std::vector<MemberInfo>* list : {&m.view.members, &m.pending})
+    for (const MemberInfo& member : *list)
+      if (member.id == id) return &member;
+  return nullptr;
+}
+
 capnp::Data::Reader AsData(const std::string& bytes) {
   return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
 }
@@ -320,14 +328,11 @@ void ControllerActor::OnHello(const std::string& payload) {
   // Only a member the head still has: one that died since has already been
   // reported gone, and must not come back as a ghost.
   const MembershipUpdate m = head_.Membership();
-  for (const std::vector<MemberInfo>* list : {&m.view.members, &m.pending}) {
-    for (const MemberInfo& member : *list) {
-      if (member.id != hello.getMemberId()) continue;
-      std::optional<StatePoint> holds;
-      if (hello.getHoldsCommit()) holds = FromProto(hello.getCommit());
-      return Feed(event::Registered{member.id, member.node_id, holds});
-    }
-  }
+  const MemberInfo* member = FindMember(m, hello.getMemberId());
+  if (member == nullptr) return;
+  std::optional<StatePoint> holds;
+  if (hello.getHoldsCommit()) holds = FromProto(hello.getCommit());
+  Feed(event::Registered{member->id, member->node_id, holds});
 }
 
 void ControllerActor::OnProgress(const std::string& payload) {
@@ -458,10 +463,13 @@ void ControllerActor::Carry(const action::Publish& publish) {
   try {
     view = head_.PublishView(publish.members);
   } catch (const std::invalid_argument& e) {
-    // A member died between the decision and the publication: the machine
-    // decides again on the head's view.
+    // A member died between the decision and the publication, and the head's
+    // word of it is queued behind this message: tell the machine now, or it
+    // decides the same view again and again and the word never gets through.
     Say(std::string("driver: view not published: ") + e.what());
     const MembershipUpdate now = head_.Membership();
+    for (uint64_t id : publish.members)
+      if (FindMember(now, id) == nullptr) Feed(event::Gone{id, false});
     return Feed(event::ViewChanged{now.view.generation, MemberIds(now.view)});
   }
   if (machine_.started() || generation_ > 0) {
@@ -531,17 +539,13 @@ void ControllerActor::Carry(const action::Finish& finish) {
 
 void ControllerActor::TellTrainer(uint64_t member, const char* method, const std::string& payload) {
   const MembershipUpdate m = head_.Membership();
-  for (const std::vector<MemberInfo>* list : {&m.view.members, &m.pending}) {
-    for (const MemberInfo& info : *list) {
-      if (info.id != member) continue;
-      try {
-        actors_.Remote(kTrainerActor, info.endpoint).Tell(method, payload);
-      } catch (const std::exception& e) {
-        Say("driver: could not tell worker " + std::to_string(member) + " (" + method +
-            "): " + e.what());
-      }
-      return;
-    }
+  const MemberInfo* info = FindMember(m, member);
+  if (info == nullptr) return;
+  try {
+    actors_.Remote(kTrainerActor, info->endpoint).Tell(method, payload);
+  } catch (const std::exception& e) {
+    Say("driver: could not tell worker " + std::to_string(member) + " (" + method +
+        "): " + e.what());
   }
 }
 

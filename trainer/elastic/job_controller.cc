@@ -325,7 +325,18 @@ void JobController::Recover() {
   for (const auto& [id, member] : members_)
     if (!member.draining && !Blacklisted(member.node)) back.push_back(id);
   const int64_t waited = now_ - phase_since_;
-  const bool all_back = recovered_world_ > 0 && back.size() >= recovered_world_;
+  // As many as before, one of them holding the newest commit: a worker that
+  // joined meanwhile must not start the job from an older source.
+  bool newest_back = !newest_;
+  for (uint64_t id : back) {
+    const std::optional<StatePoint>& holds = members_[id].holds;
+    if (holds && newest_ && !(*holds < *newest_)) newest_back = true;
+  }
+  // Nobody held the newest commit when the old controller went (every worker
+  // was lost): there is no one to wait for.
+  const bool all_back = recovered_world_ > 0 ? back.size() >= recovered_world_ && newest_back
+                                             : static_cast<int64_t>(back.size()) >=
+                                                   std::max<int64_t>(1, config_.min_workers);
   if (!all_back &&
       !(waited >= recovery_wait_ms_ && static_cast<int64_t>(back.size()) >= config_.min_workers)) {
     if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {

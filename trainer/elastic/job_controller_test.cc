@@ -430,6 +430,43 @@ TEST(JobControllerTest, RestartedControllerWaitsForTheWorkersAndPutsTheNewestHol
   EXPECT_EQ(job.LastStart()->reason, "the controller restarted");
 }
 
+// A worker that joined while the controller was away holds nothing: it does
+// not start the job before the holder of the newest commit is back.
+TEST(JobControllerTest, RestartedControllerWaitsForTheHolderNotForAnyone) {
+  RecoveredJob recovered;
+  recovered.generation = 20;
+  recovered.newest = At(3, 3072, 320);
+  recovered.world_of_newest = 1;
+  recovered.checkpoint = At(3, 0, 224);
+  recovered.wait_ms = 5000;
+  Job job(Config(0), recovered);
+  job.Feed(event::Registered{18, 9, std::nullopt});
+  EXPECT_FALSE(job.LastStart()) << "a newcomer is no holder";
+  job.Feed(event::Registered{13, 6, At(3, 3072, 320)});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{13, 18}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(3, 3072, 320));
+}
+
+// Every worker was lost before the controller went too: nobody comes back
+// with the newest commit, so the first joiners start from the checkpoint at once.
+TEST(JobControllerTest, RestartedControllerWithNoHolderStartsAsSoonAsMinWorkersJoined) {
+  RecoveredJob recovered;
+  recovered.generation = 32;
+  recovered.newest = At(10, 0, 432);
+  recovered.world_of_newest = 0;
+  recovered.checkpoint = At(10, 0, 432);
+  recovered.wait_ms = 30000;
+  Job job(Config(0, 2), recovered);
+  job.Feed(event::Registered{40, 3, std::nullopt});
+  EXPECT_FALSE(job.LastStart()) << "below --min-workers";
+  job.Feed(event::Registered{41, 3, std::nullopt});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kCheckpoint);
+  EXPECT_EQ(job.LastStart()->source.point, At(10, 0, 432));
+}
+
 TEST(JobControllerTest, RestartedControllerStartsWithWhoCameBackAfterTheWait) {
   RecoveredJob recovered;
   recovered.generation = 3;

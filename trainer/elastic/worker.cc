@@ -1043,7 +1043,14 @@ int Worker::Run() {
   collectives_host_ = SourceAddressToward(env.head_host, env.head_port);
   inbox_ = std::make_shared<TrainerInbox>([this](uint64_t g) { AbortOlderThan(g); });
   actors_->Spawn(kTrainerActor, inbox_);
-  Join();
+  try {
+    Join();
+  } catch (const std::exception&) {
+    // The head went away while this worker registered (a controller restart,
+    // a reset connection): wait for it like any worker that lost its head.
+    if (client_->connected()) throw;
+    Reconnect();
+  }
   Log("training on %s", device_.str().c_str());
   if (!elastic_.log_samples.empty()) {
     MakeDirectories(elastic_.log_samples);
