@@ -34,6 +34,7 @@ void ValidateMpiRun(const ElasticOptions& o) {
       {"--metrics-port", o.metrics_port != d.metrics_port},
       {"--run-dir", o.run_dir != d.run_dir},
       {"--state-dir", o.state_dir != d.state_dir},
+      {"--reconnect-timeout", o.reconnect_timeout != d.reconnect_timeout},
   };
   for (const auto& f : elastic_flags) {
     if (f.set) {

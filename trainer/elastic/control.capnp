@@ -100,6 +100,7 @@ struct CommitReport {
   point @1 :StatePoint;
   state @2 :Data;           # the full state, every --state-copy-every commits; else empty
   stoppedOnRequest @3 :Bool; # the generation stopped here as the controller asked
+  memberId @4 :UInt64;       # who reports: rank 0 every commit, every rank a stop
 }
 
 # Rank 0 -> controller (tell "synced"): the generation restored its state and

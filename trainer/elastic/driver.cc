@@ -195,7 +195,6 @@ class ControllerActor : public runtime::Actor {
   void Carry(const action::RequestStop& request);
   void Carry(const action::TellOver& over);
   void Carry(const action::Say& say) { Say(say.text); }
-  void Carry(const action::DropCopy&) { copy_.clear(); }
   void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);
   // What a controller restarted in this one's place needs (--state-dir);
@@ -392,7 +391,8 @@ void ControllerActor::OnCommit(const std::string& payload) {
   const bool copy = state.size() > 0;
   if (copy && c.getGeneration() == machine_.generation())
     copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
-  Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest()});
+  Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest(),
+                     c.getMemberId()});
 }
 
 void ControllerActor::OnSynced(const std::string& payload) {
@@ -749,6 +749,8 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
     agent_options.token = head.token();
     agent_options.name = "driver-node";
     agent_options.transport = TransportFor(elastic);  // passed on to its workers
+    agent_options.head_reconnect_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
     agent_options.grace =
         std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
     agent = std::make_unique<runtime::NodeAgent>(agent_options);
@@ -796,6 +798,8 @@ int RunJoin(const ElasticOptions& elastic) {
   ::gethostname(hostname, sizeof(hostname) - 1);
   options.name = std::string("join@") + hostname;
   options.transport = TransportFor(elastic);  // passed on to its workers
+  options.head_reconnect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
   options.grace =
       std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
   runtime::NodeAgent agent(options);

@@ -40,6 +40,10 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "process is noticed at once by its closed connection; this only catches hung "
               "processes and dead links. Raise it on lossy networks; give every machine of a "
               "job the same value");
+  f.AddDouble("reconnect-timeout", &o.reconnect_timeout,
+              "elastic: seconds a node agent (--join) and its workers wait for a lost head, e.g. "
+              "while the driver is restarted with --state-dir, reconnecting every 0.25 s; then "
+              "the agent stops its workers and exits");
   f.AddInt("global-batch", &o.global_batch,
            "elastic: every optimizer step takes this many samples whatever the world size, split "
            "evenly over the workers, each training its share in micro-batches of at most "
@@ -128,6 +132,8 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
   // Two heartbeat intervals at least, or one late heartbeat fails a healthy peer.
   if (!(o.heartbeat_timeout >= 0.2) || o.heartbeat_timeout > 3600)
     throw FlagError("--heartbeat-timeout must be in [0.2, 3600] seconds");
+  if (!(o.reconnect_timeout >= 0) || o.reconnect_timeout > 86400)
+    throw FlagError("--reconnect-timeout must be in [0, 86400] seconds");
   if (o.global_batch < 0) throw FlagError("--global-batch must be >= 0");
   // A worker without a sample of the step would only add communication.
   if (o.global_batch > 0 && o.join.empty() && o.workers > o.global_batch)

@@ -28,6 +28,7 @@ struct ElasticOptions {
   double drain_timeout = 30;       // seconds
   double rendezvous_timeout = 60;  // seconds
   double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
+  double reconnect_timeout = 60;   // seconds nodes and workers wait for a lost head
   int64_t global_batch = 0;        // 0: per-worker --batch-size and lr x world size
   std::string log_samples;         // directory; "" = off
   // Rank 0 sends the controller a copy of the state every this many commits

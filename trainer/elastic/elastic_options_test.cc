@@ -114,6 +114,23 @@ TEST(ElasticOptionsTest, StateDirIsTheDriversOnly) {
   }
 }
 
+TEST(ElasticOptionsTest, ReconnectTimeoutIsBounded) {
+  TrainOptions train;
+  for (double seconds : {-1.0, 86401.0}) {
+    ElasticOptions elastic;
+    elastic.reconnect_timeout = seconds;
+    try {
+      ValidateElasticOptions(elastic, train);
+      ADD_FAILURE() << "--reconnect-timeout=" << seconds << " accepted";
+    } catch (const FlagError& e) {
+      EXPECT_NE(std::string(e.what()).find("--reconnect-timeout"), std::string::npos) << e.what();
+    }
+  }
+  ElasticOptions elastic;
+  elastic.reconnect_timeout = 0;  // give up at once
+  EXPECT_NO_THROW(ValidateElasticOptions(elastic, train));
+}
+
 TEST(ElasticOptionsTest, ControllerOnlyRunsNoWorkersAndTakesNoJoin) {
   TrainOptions train;
   ElasticOptions elastic;

@@ -136,6 +136,8 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   generation_ = e.generation;
   view_ = e.members;
   requested_.reset();
+  stop_committed_ = false;
+  stopped_.clear();
   const std::string reason = next_reason_.empty() ? "a worker failed or left" : next_reason_;
   next_reason_.clear();
   out_.push_back(action::Journal{});
@@ -175,6 +177,12 @@ void JobController::OnDraining(const event::Draining& e) {
 
 void JobController::OnCommit(const event::Commit& e) {
   if (e.generation != generation_) return;  // a generation that is over: its source is chosen
+  const bool from_rank_zero = e.member == 0 || (!view_.empty() && e.member == view_.front());
+  if (!from_rank_zero) {
+    if (e.stopped_on_request) stopped_.insert(e.member);
+    if (stop_committed_ && EveryoneStopped()) StoppedOnRequest();
+    return;
+  }
   if (!newest_ || *newest_ < e.point || *newest_ == e.point) {
     newest_ = e.point;
     holders_.clear();
@@ -188,7 +196,16 @@ void JobController::OnCommit(const event::Commit& e) {
   if (e.copy) copy_ = e.point;
   faulting_since_.reset();
   out_.push_back(action::Journal{});
-  if (e.stopped_on_request) StoppedOnRequest();
+  if (!e.stopped_on_request) return;
+  stop_committed_ = true;
+  stopped_.insert(view_.empty() ? e.member : view_.front());
+  if (EveryoneStopped()) StoppedOnRequest();
+}
+
+bool JobController::EveryoneStopped() const {
+  for (uint64_t id : view_)
+    if (members_.count(id) > 0 && stopped_.count(id) == 0) return false;
+  return true;
 }
 
 void JobController::StoppedOnRequest() {

@@ -100,11 +100,14 @@ struct ViewChanged {
 struct Draining {
   uint64_t member = 0;
 };
-struct Commit {  // rank 0's commit report
+// A commit report: rank 0's at every commit; at a stop the controller asked
+// for, every rank's (the next view waits until no rank is in a collective).
+struct Commit {
   uint64_t generation = 0;
   StatePoint point;
   bool copy = false;  // the controller now holds this state
   bool stopped_on_request = false;
+  uint64_t member = 0;  // who reports; 0: rank 0 (as before every rank reported)
 };
 struct Synced {
   uint64_t generation = 0;
@@ -157,16 +160,14 @@ struct TellOver {  // a member outside every view: the job is over for it
 struct Say {
   std::string text;
 };
-struct DropCopy {};  // the controller's copy is older than a checkpoint now
-struct Journal {};   // durable facts changed
-struct Finish {      // the job is over: wait for everyone to leave, exit with code
+struct Journal {};  // durable facts changed
+struct Finish {     // the job is over: wait for everyone to leave, exit with code
   int exit_code = 0;
 };
 }  // namespace action
 
-using Action =
-    std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
-                 action::Say, action::DropCopy, action::Journal, action::Finish>;
+using Action = std::variant<action::Publish, action::StartGeneration, action::RequestStop,
+                            action::TellOver, action::Say, action::Journal, action::Finish>;
 
 class JobController {
  public:
@@ -202,6 +203,8 @@ class JobController {
   void OnViewChanged(const event::ViewChanged& e);
   void OnDraining(const event::Draining& e);
   void OnCommit(const event::Commit& e);
+  // Rank 0 committed a stop and every live member of the view is out of it.
+  bool EveryoneStopped() const;
   void StoppedOnRequest();
   void OnSynced(const event::Synced& e);
   void OnCheckpointWritten(const event::CheckpointWritten& e);
@@ -250,6 +253,8 @@ class JobController {
   std::map<uint64_t, uint64_t> nodes_;  // member -> node, of every member seen
 
   std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)
+  bool stop_committed_ = false;    // rank 0 reported the commit it stopped at
+  std::set<uint64_t> stopped_;     // members of the view out of the stop's collective
   std::optional<int64_t> below_minimum_since_;
   int stop_signals_ = 0;
   std::string stopped_by_;

@@ -65,8 +65,14 @@ class Job {
   void KillAll(const std::vector<uint64_t>& members) {
     for (uint64_t m : members) Kill(m);
   }
+  // Rank 0's commit report; at a stop, every other rank's report follows.
   void Commit(StatePoint point, bool copy, bool stopped = false) {
-    Feed(event::Commit{generation_, point, copy, stopped});
+    Feed(event::Commit{generation_, point, copy, stopped, view_.empty() ? 0 : view_.front()});
+    if (!stopped) return;
+    const std::vector<uint64_t> ranks = view_;
+    const uint64_t generation = generation_;
+    for (size_t r = 1; r < ranks.size(); ++r)
+      Feed(event::Commit{generation, point, false, true, ranks[r]});
   }
   void Sync(StatePoint point = {}) { Feed(event::Synced{generation_, point}); }
 
@@ -185,6 +191,22 @@ TEST(JobControllerTest, JoinWaitsForTheEpochBoundaryThenExtendsTheView) {
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
   EXPECT_EQ(job.LastStart()->source.rank, 0);
   EXPECT_EQ(job.LastStart()->source.point, At(1, 0, 48));
+}
+
+// The next view aborts the old generation's communicator: it is published
+// only once every rank is out of the collective of the stop, not when rank 0
+// is (a rank still inside would fail and roll back for nothing).
+TEST(JobControllerTest, TheNextViewWaitsForEveryRankToReportTheStop) {
+  Job job = Started(Config(3));
+  job.Register(4, 2);
+  ASSERT_EQ(Only<action::RequestStop>(job.Take()).size(), 1u);
+  const uint64_t before = job.generation();
+  job.Feed(event::Commit{before, At(1, 0, 24), true, true, 1});
+  job.Feed(event::Commit{before, At(1, 0, 24), false, true, 3});
+  EXPECT_EQ(job.generation(), before) << "rank 1 (member 2) is still in the collective";
+  job.Feed(event::Commit{before, At(1, 0, 24), false, true, 2});
+  EXPECT_EQ(job.generation(), before + 1);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3, 4}));
 }
 
 TEST(JobControllerTest, MaxWorkersKeepsJoinersPending) {

@@ -630,11 +630,14 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   committed_ = Point();
   SendStats(false);
   const bool stop = control[4] > 0;
-  if (rank == 0) {
+  // Every rank reports a stop, once out of the collective: the controller
+  // publishes the next view (which aborts this generation's communicator)
+  // only when nobody is still inside it.
+  if (rank == 0 || stop) {
     // The controller keeps a copy every --state-copy-every commits: with it,
     // losing every worker at once costs at most the steps since that commit.
-    const bool copy =
-        elastic_.state_copy_every > 0 && ++commits_since_copy_ >= elastic_.state_copy_every;
+    const bool copy = rank == 0 && elastic_.state_copy_every > 0 &&
+                      ++commits_since_copy_ >= elastic_.state_copy_every;
     if (copy) commits_since_copy_ = 0;
     const std::string state = copy ? commit_.Encode() : std::string();
     Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
@@ -644,6 +647,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
         m.setState(
             capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
       m.setStoppedOnRequest(stop);
+      m.setMemberId(member_id_);
     });
   }
   return stop;
