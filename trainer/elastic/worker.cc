@@ -46,6 +46,7 @@
 #include "trainer/elastic/accumulation.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
+#include "trainer/elastic/epoch_plan.h"
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/sampler.h"
@@ -242,6 +243,34 @@ class Worker {
   void Sync(Communicator& comm, int rank, int root);
   // Trains from the learner's (epoch, position) to the next stop; see RunGeneration.
   Outcome Train(Communicator& comm, int world, int rank);
+
+  // This rank's part of the rest of an epoch: the epoch's permutation and a
+  // loader started on this rank's samples, one step's share per batch.
+  struct EpochRun {
+    std::vector<int64_t> permutation;
+    std::unique_ptr<Loader> loader;
+    int64_t steps_in_epoch = 0;  // of the whole epoch, for the progress line
+  };
+  EpochRun StartEpochRun(const StepShape& shape);
+  // One optimizer step on `indices`, this rank's share of the step at the
+  // learner's position: advances the position and step, adds to pending_ and
+  // records the step time. Returns the learner's numbers for the step.
+  StepStats TrainStep(EpochRun& run, const StepShape& shape, const std::vector<int64_t>& indices,
+                      SummingGradientHook& hook);
+  // The micro-batches of a step: this rank's share from the loader, or one
+  // zero-weighted sample when it has none.
+  std::vector<MicroBatch> LoadStep(EpochRun& run, const std::vector<int64_t>& indices,
+                                   int64_t step_total);
+  // Rank 0 after a step: the first step's wall time, then the progress line.
+  void ReportStep(bool first_step, int64_t steps_in_epoch, const StepShape& shape, double lr);
+  enum class Boundary { kNextEpoch, kChange, kFinish };
+  // An epoch is trained: evaluates, ends the epoch (scheduler, early stop),
+  // commits at the boundary and writes the checkpoint that is due. kChange
+  // when the commit asked everyone to stop for a membership change.
+  Boundary EpochBoundary(Communicator& comm, const StepShape& shape);
+  // Rank 0 once training is over: the final checkpoint and the final numbers.
+  void FinishJob();
+
   // Allreduces the control vector at a commit point and takes the commit.
   // Returns true when rank 0 asked everyone to stop for a membership change.
   bool CommitPoint(Communicator& comm, int rank, bool epoch_boundary);
@@ -267,11 +296,7 @@ class Worker {
     }
   }
 
-  bool Finished() const {
-    const TrainingProgress& p = learner_->progress();
-    return p.epoch >= train_.epochs || stopped_early_ ||
-           (train_.max_steps > 0 && p.step >= train_.max_steps);
-  }
+  bool Finished() const { return TrainingFinished(limits_, Point(), stopped_early_); }
   StatePoint Point() const {
     const TrainingProgress& p = learner_->progress();
     return {p.epoch, p.position, p.step};
@@ -301,6 +326,7 @@ class Worker {
   std::shared_ptr<const Dataset> test_set_;
   int64_t train_size_ = 0;
   int64_t test_size_ = 0;
+  TrainingLimits limits_;  // the flags that bound training (epoch_plan.h)
   std::unique_ptr<ElasticSampler> sampler_;
   std::unique_ptr<Loader> filler_;  // one-sample batches for a rank with no share of a step
 
@@ -719,156 +745,170 @@ void Worker::ReportEpoch(const EvalResult& eval, int world, double eval_seconds)
 }
 
 Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
-  // Samples per optimizer step: --global-batch whatever the world, else
-  // --batch-size per worker. Each rank loads its share of a step as one batch
-  // and trains it in micro-batches of at most --batch-size, so the update is
-  // that of one batch of step_samples (accumulation.h).
-  const int64_t step_samples =
-      elastic_.global_batch > 0 ? elastic_.global_batch : world * train_.batch_size;
-  const int64_t share = ElasticSampler::Share(step_samples, rank, world);
-  if (rank == 0 && step_samples < world) {
+  // Each rank loads its share of a step as one batch and trains it in
+  // micro-batches of at most --batch-size, so the update is that of one batch
+  // of step_samples (accumulation.h).
+  const StepShape shape = ShapeSteps(elastic_.global_batch, train_.batch_size, world, rank);
+  if (rank == 0 && shape.step_samples < world) {
     Log("world %d is larger than --global-batch=%lld: ranks %lld..%d take no samples and join "
         "each step with zero weight",
-        world, static_cast<long long>(step_samples), static_cast<long long>(step_samples),
-        world - 1);
+        world, static_cast<long long>(shape.step_samples),
+        static_cast<long long>(shape.step_samples), world - 1);
   }
   SummingGradientHook hook(learner_->parameters(), *grad_comm_);
-  TrainingProgress& p = learner_->progress();
+  const TrainingProgress& p = learner_->progress();
   bool first_step = true;
-  while (true) {
-    if (Finished()) break;
-    if (p.position < train_size_) {
-      // Train the rest of the epoch (or up to the next stop).
-      const std::vector<int64_t> perm = sampler_->Permutation(static_cast<uint64_t>(p.epoch));
-      std::vector<int64_t> mine;
-      for (int64_t pos = p.position; pos < train_size_;
-           pos = sampler_->NextPosition(pos, step_samples)) {
-        const std::vector<int64_t> step =
-            sampler_->StepIndices(perm, pos, rank, world, step_samples);
-        mine.insert(mine.end(), step.begin(), step.end());
-      }
-      LoaderOptions options;
-      options.batch_size = std::max<int64_t>(1, share);  // one step's share per batch
-      options.augment = train_.augment;
-      options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
-      options.seed = learner_->seed();
-      Loader loader(train_set_, options);
-      loader.Start(mine, static_cast<uint64_t>(p.epoch));
-      const int64_t steps_in_epoch = sampler_->StepsLeft(0, step_samples);
-      int64_t steps_since_commit = 0;
-      while (p.position < train_size_ && !(train_.max_steps > 0 && p.step >= train_.max_steps)) {
-        if (g_terminate_requested.load()) ReportDrainingOnce();
-        const auto started = std::chrono::steady_clock::now();
-        const std::vector<int64_t> indices =
-            sampler_->StepIndices(perm, p.position, rank, world, step_samples);
-        const int64_t step_total = std::min<int64_t>(step_samples, train_size_ - p.position);
-        if (sample_log_ != nullptr) {
-          std::fprintf(sample_log_, "S %llu %lld %lld",
-                       static_cast<unsigned long long>(generation_),
-                       static_cast<long long>(p.epoch), static_cast<long long>(p.position));
-          for (int64_t i : indices) std::fprintf(sample_log_, " %lld", static_cast<long long>(i));
-          std::fputc('\n', sample_log_);
-          std::fflush(sample_log_);
-        }
-        std::vector<MicroBatch> micro;
-        if (!indices.empty()) {
-          const std::optional<Batch> next = loader.Next();
-          if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
-          // The loader cuts batches of one full step's share: they must be
-          // exactly this step's samples, or the sample accounting is wrong.
-          if (next->indices != indices) throw FatalError("a loader batch is not this step's share");
-          micro = SplitIntoMicroBatches(next->images, next->labels, train_.batch_size, step_total);
-        } else {
-          // No share of this step (a short last step, or more ranks than
-          // --global-batch): take part with a zero-weighted sample so that
-          // every rank runs the same collectives.
-          filler_->Start({perm[0]}, static_cast<uint64_t>(p.epoch));
-          const std::optional<Batch> next = filler_->Next();
-          if (!next) throw FatalError("the filler loader produced no batch");
-          micro.push_back(MicroBatch{next->images, next->labels, 0.0});
-        }
-        const double epochs_done =
-            static_cast<double>(p.epoch) +
-            static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
-        watchdog_.Arm();
-        if (p.step == wedge_at_step_) {
-          Log("test fault (ELASTIC_TEST_WEDGE_STEP): wedging the training thread at step %lld",
-              static_cast<long long>(p.step));
-          while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
-        }
-        const StepStats stats = learner_->Step(micro, epochs_done, &hook);
-        watchdog_.Disarm();
-        p.position = sampler_->NextPosition(p.position, step_samples);
-        ++p.step;
-        ++steps_since_commit;
-        pending_.step_samples += static_cast<double>(step_total);
-        if (!indices.empty()) {
-          pending_.loss += stats.loss_sum;
-          pending_.correct += static_cast<double>(stats.correct);
-          pending_.seen += static_cast<double>(stats.count);
-        }
-        const double step_seconds = SecondsSince(started);
-        pending_.seconds += step_seconds;
-        stats_.ObserveStep(generation_, rank, step_seconds);
-        if (rank == 0) {
-          if (first_step) {
-            Tell<proto::FirstStep>(kMethodFirstStep, [&](proto::FirstStep::Builder m) {
-              m.setGeneration(generation_);
-              m.setWallSeconds(Now());
-            });
-          }
-          progress_shape_ = {steps_in_epoch, world, step_samples, stats.lr};
-          ReportProgress();
-        }
-        first_step = false;
-        const bool at_end =
-            p.position >= train_size_ || (train_.max_steps > 0 && p.step >= train_.max_steps);
-        if (steps_since_commit >= elastic_.commit_every || at_end) {
-          steps_since_commit = 0;
-          if (CommitPoint(comm, rank, false)) return Outcome::kChange;
-        }
-      }
-      continue;  // at the end of the epoch, or --max-steps reached
+  while (!Finished()) {
+    if (EpochTrained(limits_, p.position)) {
+      const Boundary boundary = EpochBoundary(comm, shape);
+      if (boundary == Boundary::kChange) return Outcome::kChange;
+      if (boundary == Boundary::kFinish) break;
+      continue;
     }
-
-    // The epoch is trained (or cut by --max-steps): evaluate, then the boundary.
-    // The last commit counted the epoch's final steps: report them too.
-    if (rank == 0) ReportProgress();
-    const auto eval_start = std::chrono::steady_clock::now();
-    const EvalResult eval = EvaluateShard(comm, rank, world);
-    const double eval_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
-    if (rank == 0) ReportEpoch(eval, world, eval_seconds);
-    const bool epoch_complete = p.position >= train_size_;
-    if (!epoch_complete) break;  // --max-steps: the evaluation above was the last one
-    stopped_early_ = learner_->EndEpoch(eval.loss());
-    ++p.epoch;
-    p.position = 0;
-    commit_.loss_sum = commit_.correct = commit_.seen = commit_.train_seconds = 0;
-    const bool last = Finished();
-    if (CommitPoint(comm, rank, true) && !last) {
-      if (rank == 0 && p.epoch % train_.checkpoint_every == 0) WriteCheckpoint(commit_.learner);
-      return Outcome::kChange;
-    }
-    if (rank == 0 && !last && p.epoch % train_.checkpoint_every == 0)
-      WriteCheckpoint(commit_.learner);
-  }
-  if (rank == 0) {
-    WriteCheckpoint(learner_->CaptureState());
-    // An ask: the controller has the final numbers before any worker leaves.
-    const std::string done = EncodeMessage<proto::Done>([&](proto::Done::Builder m) {
-      m.setEpochs(p.epoch);
-      m.setSteps(p.step);
-      m.setTestAccuracy(last_accuracy_);
-      m.setEarlyStop(stopped_early_);
-    });
-    try {
-      controller_.Ask(kMethodDone, done, std::chrono::seconds(30)).get();
-    } catch (const std::exception& e) {
-      Log("the controller did not acknowledge the end of the job: %s", e.what());
+    // Train the rest of the epoch (or up to the next stop).
+    EpochRun run = StartEpochRun(shape);
+    int64_t steps_since_commit = 0;
+    while (StepsRemain(limits_, Point())) {
+      if (g_terminate_requested.load()) ReportDrainingOnce();
+      const std::vector<int64_t> indices =
+          sampler_->StepIndices(run.permutation, p.position, rank, world, shape.step_samples);
+      const StepStats stats = TrainStep(run, shape, indices, hook);
+      if (rank == 0) ReportStep(first_step, run.steps_in_epoch, shape, stats.lr);
+      first_step = false;
+      if (CommitDue(limits_, Point(), ++steps_since_commit)) {
+        steps_since_commit = 0;
+        if (CommitPoint(comm, rank, false)) return Outcome::kChange;
+      }
     }
   }
+  if (rank == 0) FinishJob();
   return Outcome::kDone;
+}
+
+Worker::EpochRun Worker::StartEpochRun(const StepShape& shape) {
+  const TrainingProgress& p = learner_->progress();
+  EpochRun run;
+  run.permutation = sampler_->Permutation(static_cast<uint64_t>(p.epoch));
+  LoaderOptions options;
+  options.batch_size = std::max<int64_t>(1, shape.share);  // one step's share per batch
+  options.augment = train_.augment;
+  options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
+  options.seed = learner_->seed();
+  run.loader = std::make_unique<Loader>(train_set_, options);
+  run.loader->Start(RankSamples(*sampler_, run.permutation, p.position, shape),
+                    static_cast<uint64_t>(p.epoch));
+  run.steps_in_epoch = sampler_->StepsLeft(0, shape.step_samples);
+  return run;
+}
+
+StepStats Worker::TrainStep(EpochRun& run, const StepShape& shape,
+                            const std::vector<int64_t>& indices, SummingGradientHook& hook) {
+  TrainingProgress& p = learner_->progress();
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t step_total = std::min<int64_t>(shape.step_samples, train_size_ - p.position);
+  // Written when the step starts: a later generation that restarts at or
+  // before this position rolls the step back (docs/elastic.md).
+  if (sample_log_ != nullptr) {
+    std::fprintf(sample_log_, "S %llu %lld %lld", static_cast<unsigned long long>(generation_),
+                 static_cast<long long>(p.epoch), static_cast<long long>(p.position));
+    for (int64_t i : indices) std::fprintf(sample_log_, " %lld", static_cast<long long>(i));
+    std::fputc('\n', sample_log_);
+    std::fflush(sample_log_);
+  }
+  const std::vector<MicroBatch> micro = LoadStep(run, indices, step_total);
+  const double epochs_done =
+      static_cast<double>(p.epoch) +
+      static_cast<double>(p.position + step_total) / static_cast<double>(train_size_);
+  watchdog_.Arm();
+  if (p.step == wedge_at_step_) {
+    Log("test fault (ELASTIC_TEST_WEDGE_STEP): wedging the training thread at step %lld",
+        static_cast<long long>(p.step));
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  const StepStats stats = learner_->Step(micro, epochs_done, &hook);
+  watchdog_.Disarm();
+  p.position = sampler_->NextPosition(p.position, shape.step_samples);
+  ++p.step;
+  pending_.step_samples += static_cast<double>(step_total);
+  if (!indices.empty()) {
+    pending_.loss += stats.loss_sum;
+    pending_.correct += static_cast<double>(stats.correct);
+    pending_.seen += static_cast<double>(stats.count);
+  }
+  const double step_seconds = SecondsSince(started);
+  pending_.seconds += step_seconds;
+  stats_.ObserveStep(generation_, shape.rank, step_seconds);
+  return stats;
+}
+
+std::vector<MicroBatch> Worker::LoadStep(EpochRun& run, const std::vector<int64_t>& indices,
+                                         int64_t step_total) {
+  if (indices.empty()) {
+    // No share of this step (a short last step, or more ranks than
+    // --global-batch): take part with a zero-weighted sample so that every
+    // rank runs the same collectives.
+    filler_->Start({run.permutation[0]}, static_cast<uint64_t>(learner_->progress().epoch));
+    const std::optional<Batch> next = filler_->Next();
+    if (!next) throw FatalError("the filler loader produced no batch");
+    return {MicroBatch{next->images, next->labels, 0.0}};
+  }
+  const std::optional<Batch> next = run.loader->Next();
+  if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
+  // The loader cuts batches of one full step's share: they must be exactly
+  // this step's samples, or the sample accounting is wrong.
+  if (next->indices != indices) throw FatalError("a loader batch is not this step's share");
+  return SplitIntoMicroBatches(next->images, next->labels, train_.batch_size, step_total);
+}
+
+void Worker::ReportStep(bool first_step, int64_t steps_in_epoch, const StepShape& shape,
+                        double lr) {
+  if (first_step) {
+    Tell<proto::FirstStep>(kMethodFirstStep, [&](proto::FirstStep::Builder m) {
+      m.setGeneration(generation_);
+      m.setWallSeconds(Now());
+    });
+  }
+  progress_shape_ = {steps_in_epoch, shape.world, shape.step_samples, lr};
+  ReportProgress();
+}
+
+Worker::Boundary Worker::EpochBoundary(Communicator& comm, const StepShape& shape) {
+  TrainingProgress& p = learner_->progress();
+  // The last commit counted the epoch's final steps: report them too.
+  if (shape.rank == 0) ReportProgress();
+  const auto eval_start = std::chrono::steady_clock::now();
+  const EvalResult eval = EvaluateShard(comm, shape.rank, shape.world);
+  const double eval_seconds = SecondsSince(eval_start);
+  if (shape.rank == 0) ReportEpoch(eval, shape.world, eval_seconds);
+  // Train crosses a boundary only once the epoch is trained; an epoch that is
+  // not would be evaluated but neither ended nor committed.
+  if (!EpochTrained(limits_, p.position)) return Boundary::kFinish;
+  stopped_early_ = learner_->EndEpoch(eval.loss());
+  ++p.epoch;
+  p.position = 0;
+  commit_.loss_sum = commit_.correct = commit_.seen = commit_.train_seconds = 0;
+  const bool stop = CommitPoint(comm, shape.rank, true);
+  const EpochEnd end = PlanEpochEnd(limits_, Point(), stopped_early_, stop);
+  if (shape.rank == 0 && end.checkpoint) WriteCheckpoint(commit_.learner);
+  if (end.leave) return Boundary::kChange;
+  return end.finish ? Boundary::kFinish : Boundary::kNextEpoch;
+}
+
+void Worker::FinishJob() {
+  const TrainingProgress& p = learner_->progress();
+  WriteCheckpoint(learner_->CaptureState());
+  // An ask: the controller has the final numbers before any worker leaves.
+  const std::string done = EncodeMessage<proto::Done>([&](proto::Done::Builder m) {
+    m.setEpochs(p.epoch);
+    m.setSteps(p.step);
+    m.setTestAccuracy(last_accuracy_);
+    m.setEarlyStop(stopped_early_);
+  });
+  try {
+    controller_.Ask(kMethodDone, done, std::chrono::seconds(30)).get();
+  } catch (const std::exception& e) {
+    Log("the controller did not acknowledge the end of the job: %s", e.what());
+  }
 }
 
 Worker::Outcome Worker::StopAtOwnCommit(const GenerationOrder& order, int rank) {
@@ -1029,6 +1069,11 @@ int Worker::Run() {
   train_size_ = Limit(train_set_->size(), train_.train_samples);
   test_size_ = Limit(test_set_->size(), train_.test_samples);
   sampler_ = std::make_unique<ElasticSampler>(train_size_, static_cast<uint64_t>(train_.seed));
+  limits_.train_size = train_size_;
+  limits_.epochs = train_.epochs;
+  limits_.max_steps = train_.max_steps;
+  limits_.commit_every = elastic_.commit_every;
+  limits_.checkpoint_every = train_.checkpoint_every;
   LoaderOptions filler;
   filler.batch_size = 1;
   filler.augment = false;

@@ -1,0 +1,56 @@
+#include "trainer/elastic/epoch_plan.h"
+
+namespace elastic::trainer {
+
+StepShape ShapeSteps(int64_t global_batch, int64_t batch_size, int world, int rank) {
+  StepShape shape;
+  shape.world = world;
+  shape.rank = rank;
+  shape.step_samples = global_batch > 0 ? global_batch : world * batch_size;
+  shape.share = ElasticSampler::Share(shape.step_samples, rank, world);
+  return shape;
+}
+
+std::vector<int64_t> RankSamples(const ElasticSampler& sampler,
+                                 const std::vector<int64_t>& permutation, int64_t position,
+                                 const StepShape& shape) {
+  std::vector<int64_t> mine;
+  for (int64_t pos = position; pos < sampler.dataset_size();
+       pos = sampler.NextPosition(pos, shape.step_samples)) {
+    const std::vector<int64_t> step =
+        sampler.StepIndices(permutation, pos, shape.rank, shape.world, shape.step_samples);
+    mine.insert(mine.end(), step.begin(), step.end());
+  }
+  return mine;
+}
+
+bool StepLimitReached(const TrainingLimits& limits, int64_t step) {
+  return limits.max_steps > 0 && step >= limits.max_steps;
+}
+
+bool TrainingFinished(const TrainingLimits& limits, const StatePoint& at, bool stopped_early) {
+  return at.epoch >= limits.epochs || stopped_early || StepLimitReached(limits, at.step);
+}
+
+bool EpochTrained(const TrainingLimits& limits, int64_t position) {
+  return position >= limits.train_size;
+}
+
+bool StepsRemain(const TrainingLimits& limits, const StatePoint& at) {
+  return !EpochTrained(limits, at.position) && !StepLimitReached(limits, at.step);
+}
+
+bool CommitDue(const TrainingLimits& limits, const StatePoint& at, int64_t steps_since_commit) {
+  return steps_since_commit >= limits.commit_every || !StepsRemain(limits, at);
+}
+
+EpochEnd PlanEpochEnd(const TrainingLimits& limits, const StatePoint& next, bool stopped_early,
+                      bool stop_requested) {
+  EpochEnd end;
+  end.finish = TrainingFinished(limits, next, stopped_early);
+  end.checkpoint = !end.finish && next.epoch % limits.checkpoint_every == 0;
+  end.leave = stop_requested && !end.finish;
+  return end;
+}
+
+}  // namespace elastic::trainer
