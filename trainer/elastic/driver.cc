@@ -106,7 +106,7 @@ capnp::Data::Reader AsData(const std::string& bytes) {
 // What a controller taking a job over from its journal starts from.
 RecoveredJob Recovered(const JournalRecord& journal) {
   RecoveredJob job;
-  job.generation = journal.generation;
+  job.generation = journal.generation + 1;  // the restarted head's first (empty) view
   job.newest = journal.newest;
   job.world_of_newest = journal.world_of_newest;
   job.checkpoint = journal.checkpoint;

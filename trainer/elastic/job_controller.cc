@@ -138,6 +138,8 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   requested_.reset();
   stop_committed_ = false;
   stopped_.clear();
+  // A restarted head's first view is empty: the workers are still coming back.
+  if (phase_ == Phase::kRecovering) return;
   const std::string reason = next_reason_.empty() ? "a worker failed or left" : next_reason_;
   next_reason_.clear();
   out_.push_back(action::Journal{});

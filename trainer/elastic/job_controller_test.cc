@@ -489,6 +489,23 @@ TEST(JobControllerTest, RestartedControllerWithNoHolderStartsAsSoonAsMinWorkersJ
   EXPECT_EQ(job.LastStart()->source.point, At(10, 0, 432));
 }
 
+// The restarted head announces its empty first view before any worker is
+// back: that is no loss of every worker (nothing else holds the state here).
+TEST(JobControllerTest, RestartedControllerIgnoresTheNewHeadsEmptyView) {
+  RecoveredJob recovered;
+  recovered.generation = 1;
+  recovered.newest = At(0, 2560, 20);
+  recovered.world_of_newest = 2;
+  Job job(Config(0, 2), recovered);
+  job.Feed(event::ViewChanged{2, {}});
+  EXPECT_FALSE(job.ExitCode()) << "stopped before the workers came back";
+  job.Feed(event::Registered{1, 1, At(0, 2560, 20)});
+  job.Feed(event::Registered{2, 1, At(0, 2560, 20)});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(0, 2560, 20));
+}
+
 TEST(JobControllerTest, RestartedControllerStartsWithWhoCameBackAfterTheWait) {
   RecoveredJob recovered;
   recovered.generation = 3;
