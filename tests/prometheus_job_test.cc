@@ -95,14 +95,15 @@ std::vector<double> DistinctRuns(const std::vector<double>& values) {
 
 TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   const std::string dir = FreshTempDir("job");
-  // Prometheus first, scraping every second a port the driver will serve on:
+  // Prometheus first, scraping every 250 ms (an epoch here can take under 2 s:
+  // every epoch's accuracy must be scraped) a port the driver will serve on:
   // it is ready before the job starts, so it sees the job's whole life.
   const int metrics_port = elastic::monitoring::testing::ReserveFreePort();
   PrometheusServer prometheus(
       elastic::monitoring::testing::ScrapeConfigFor(
           elastic::monitoring::testing::ReadTextFile(
               elastic::monitoring::testing::RunfilePath("monitoring/prometheus.yml")),
-          "127.0.0.1:" + std::to_string(metrics_port), "1s"),
+          "127.0.0.1:" + std::to_string(metrics_port), "250ms"),
       dir + "/prometheus");
 
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
