@@ -165,11 +165,7 @@ def ours_remove(args, workers, tmp, log, signum):
     try:
         _, generation, _ = wait_generation(job, workers, 0, args.timeout)
         time.sleep(args.settle)  # a few steps in steady state
-        ranks = {}
-        for _, line in job.history:
-            m = WORKER_RANK.search(line)
-            if m and int(m.group(2)) == generation:
-                ranks[int(m.group(3))] = int(m.group(1))
+        ranks = worker_pids(job, generation)
         if len(ranks) < workers:
             raise RuntimeError(f"saw the ranks of {len(ranks)} of {workers} workers in the log")
         victim = ranks[max(ranks)]
