@@ -574,6 +574,11 @@ int EveryWorkerKilled(const std::string& dir, const std::vector<std::string>& ex
                       std::string* output) {
   std::vector<std::string> args = JobArgs(dir, 2, 3);
   args.push_back("--token-file=" + dir + "/token");
+  // A copy at every commit unless the case sets its own.
+  if (std::none_of(extra.begin(), extra.end(), [](const std::string& flag) {
+        return flag.rfind("--state-copy-every", 0) == 0;
+      }))
+    args.push_back("--state-copy-every=1");
   args.insert(args.end(), extra.begin(), extra.end());
   Process driver(args, dir + "/driver.log");
   const std::string port = HeadPort(driver);
@@ -643,6 +648,34 @@ TEST(ElasticTest, EveryWorkerKilledWithNoSourceLeftStopsAndSaysSo) {
       << output;
   struct stat info;
   EXPECT_NE(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0) << output;
+}
+
+// Every worker lost and nobody joins within --rendezvous-timeout: the job
+// stops (exit 3) and the controller writes its copy, the newest state left,
+// as the checkpoint; --resume continues from that commit, not the older
+// epoch-boundary checkpoint.
+TEST(ElasticTest, NobodyJoinsAfterAMassLossTheControllersCopyIsTheCheckpoint) {
+  const std::string dir = FreshTempDir("massloss-nobody");
+  std::string output;
+  ASSERT_EQ(EveryWorkerKilled(dir, {"--rendezvous-timeout=3"}, false, &output), 3) << output;
+  std::smatch wrote;
+  ASSERT_TRUE(std::regex_search(
+      output, wrote,
+      std::regex("driver: no worker is left; wrote the controller's copy of the last commit "
+                 "\\(epoch 2 position \\d+ step (\\d+)\\) to \\S+checkpoint.ckpt")))
+      << output;
+  const int64_t written = std::stoll(wrote[1]);
+  EXPECT_GE(written, 56) << output;
+
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--resume");
+  Process resumed(args, dir + "/resumed.log");
+  ASSERT_EQ(resumed.Wait(std::chrono::seconds(400)), 0) << resumed.Output();
+  const std::string again = resumed.Output();
+  EXPECT_NE(again.find("resuming from"), std::string::npos) << again;
+  EXPECT_EQ(StepRestoredAfter(again, 0), written) << again;
+  EXPECT_NE(again.find("done: 3 epochs"), std::string::npos) << again;
+  ExpectOneChecksumPerGeneration(again);
 }
 
 // The spot layout: a controller with no workers on a safe machine, every
@@ -814,7 +847,8 @@ TEST(ElasticTest, SpotChaosWithControllerRestartsThenInvariants) {
   const std::string dir = FreshTempDir("spot-chaos");
   std::vector<std::string> args = JobArgs(dir, 2, 1000);
   args.erase(std::remove(args.begin(), args.end(), std::string("--workers=2")), args.end());
-  for (const char* flag : {"--controller-only", "--min-workers=1", "--rendezvous-timeout=120"})
+  for (const char* flag :
+       {"--controller-only", "--min-workers=1", "--rendezvous-timeout=120", "--state-copy-every=1"})
     args.push_back(flag);
   args.push_back("--token-file=" + dir + "/token");
   args.push_back("--state-dir=" + dir + "/state");

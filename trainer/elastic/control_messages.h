@@ -6,6 +6,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,11 @@
 namespace elastic::trainer {
 
 // Controller -> trainer actors.
+// A commit as rank 0 sends it (CommitReport.state, Generation's state): four
+// doubles (loss sum, correct, seen, training seconds since the epoch began),
+// then the learner's state, which is also what a checkpoint file holds.
+inline constexpr size_t kCommitHeaderBytes = 4 * sizeof(double);
+
 inline constexpr char kMethodGeneration[] = "generation";  // proto::Generation
 inline constexpr char kMethodRequest[] = "request";        // proto::StopRequest
 inline constexpr char kMethodOver[] = "over";              // proto::JobOver

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "runtime/head_client.h"
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
+#include "trainer/checkpoint.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
@@ -195,6 +197,7 @@ class ControllerActor : public runtime::Actor {
   void Carry(const action::RequestStop& request);
   void Carry(const action::TellOver& over);
   void Carry(const action::Say& say) { Say(say.text); }
+  void Carry(const action::WriteCopy& write);
   void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);
   // What a controller restarted in this one's place needs (--state-dir);
@@ -528,6 +531,27 @@ void ControllerActor::Carry(const action::TellOver& over) {
   TellTrainer(
       over.member, kMethodOver,
       EncodeMessage<proto::JobOver>([&](proto::JobOver::Builder o) { o.setReason(over.reason); }));
+}
+
+void ControllerActor::Carry(const action::WriteCopy& write) {
+  const std::string what =
+      "the controller's copy of the last commit (" + ToString(write.point) + ")";
+  if (train_.checkpoint_dir.empty()) {
+    Say("driver: no worker is left and no --checkpoint-dir is set: " + what +
+        " is lost with this driver");
+    return;
+  }
+  try {
+    // The copy is the commit rank 0 sent: a header of its sums, then the
+    // learner's state, which is what a checkpoint holds.
+    if (copy_.size() < kCommitHeaderBytes) throw std::runtime_error("the copy is truncated");
+    std::filesystem::create_directories(train_.checkpoint_dir);
+    const std::string path = CheckpointPath(train_.checkpoint_dir);
+    WriteCheckpointFile(path, std::string_view(copy_).substr(kCommitHeaderBytes));
+    Say("driver: no worker is left; wrote " + what + " to " + path + " (continue with --resume)");
+  } catch (const std::exception& e) {
+    Say("driver: error: no worker is left and " + what + " could not be written: " + e.what());
+  }
 }
 
 void ControllerActor::Carry(const action::Finish& finish) {

@@ -55,7 +55,9 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddInt("state-copy-every", &o.state_copy_every,
            "elastic: rank 0 sends the controller a copy of the job's state every this many "
            "commits, so that losing every worker at once costs at most the steps since then; "
-           "0: no copy (a mass loss falls back to the newest checkpoint, else the job stops)");
+           "1: every commit (for small models; a 90 MB ResNet18 state at every commit cost "
+           "5-7% of images/s on 2 cores); 0: no copy (a mass loss falls back to the newest "
+           "checkpoint, else the job stops)");
   f.AddDouble("step-timeout", &o.step_timeout,
               "elastic: seconds a training step may make no progress before its worker is "
               "declared hung and leaves the job (collectives time out at half of it, at most "

@@ -33,7 +33,9 @@ struct ElasticOptions {
   std::string log_samples;         // directory; "" = off
   // Rank 0 sends the controller a copy of the state every this many commits
   // (0: never; then losing every worker at once falls back to a checkpoint).
-  int64_t state_copy_every = 1;
+  // 5: a copy at every commit cost ResNet18 5-7% of images/s on 2 cores
+  // (bench/state_copy_bench.py, docs/benchmarks.md).
+  int64_t state_copy_every = 5;
   double step_timeout = 300;    // seconds a step may make no progress before its worker is dropped
   int64_t blacklist_after = 3;  // worker failures of one node before it is excluded
   double blacklist_seconds = 300;  // how long it stays excluded

@@ -484,10 +484,17 @@ void JobController::StopWithCheckpoint(const std::vector<uint64_t>& members,
   stopping_ = why;
   over_reason_ = why;
   if (members.empty()) {
-    Say("driver: no worker is left to write a checkpoint from the last commit; " +
-        std::string(checkpoint_ ? "the newest checkpoint (" + ToString(*checkpoint_) +
-                                      ") is in --checkpoint-dir"
-                                : "there is no checkpoint"));
+    // The controller's copy is the newest state left: it becomes the
+    // checkpoint, unless the checkpoint is as new (never replaced by older).
+    if (copy_ && (!checkpoint_ || *checkpoint_ < *copy_)) {
+      out_.push_back(action::WriteCopy{*copy_});
+      checkpoint_ = copy_;
+    } else {
+      Say("driver: no worker is left to write a checkpoint from the last commit; " +
+          std::string(checkpoint_ ? "the newest checkpoint (" + ToString(*checkpoint_) +
+                                        ") is in --checkpoint-dir"
+                                  : "there is no checkpoint"));
+    }
     return Finish(kExitStopped);
   }
   Publish(members, "stop: rank 0 writes the checkpoint of the last commit");

@@ -160,14 +160,20 @@ struct TellOver {  // a member outside every view: the job is over for it
 struct Say {
   std::string text;
 };
+// The job stops with no worker left: the controller writes its copy (of
+// `point`, newer than any checkpoint) as the checkpoint.
+struct WriteCopy {
+  StatePoint point;
+};
 struct Journal {};  // durable facts changed
 struct Finish {     // the job is over: wait for everyone to leave, exit with code
   int exit_code = 0;
 };
 }  // namespace action
 
-using Action = std::variant<action::Publish, action::StartGeneration, action::RequestStop,
-                            action::TellOver, action::Say, action::Journal, action::Finish>;
+using Action =
+    std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
+                 action::Say, action::WriteCopy, action::Journal, action::Finish>;
 
 class JobController {
  public:

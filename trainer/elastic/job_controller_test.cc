@@ -300,6 +300,34 @@ TEST(JobControllerTest, EveryWorkerLostThenAJoin) {
   }
 }
 
+// Every worker lost and nobody joins within --rendezvous-timeout: the job
+// stops, and the controller's copy, the newest state left, becomes the
+// checkpoint; a checkpoint as new as the copy is left as it is.
+TEST(JobControllerTest, NobodyJoinsAfterAMassLossTheCopyBecomesTheCheckpoint) {
+  for (const bool checkpoint_as_new : {false, true}) {
+    SCOPED_TRACE(checkpoint_as_new ? "checkpoint as new as the copy" : "copy newer");
+    ControllerConfig config = Config(2);
+    config.rendezvous_timeout_ms = 1000;
+    Job job = Started(config);
+    job.Feed(event::CheckpointWritten{At(1, 0, 24)});
+    job.Commit(At(1, 512, 40), true);
+    if (checkpoint_as_new) job.Feed(event::CheckpointWritten{At(1, 512, 40)});
+    job.KillAll({1, 2});
+    job.Advance(500);
+    EXPECT_FALSE(job.ExitCode());
+    job.Advance(600);
+    EXPECT_EQ(job.ExitCode(), kExitStopped);
+    const auto writes = Only<action::WriteCopy>(job.all());
+    if (checkpoint_as_new) {
+      EXPECT_TRUE(writes.empty());
+      EXPECT_TRUE(Said(job.all(), "the newest checkpoint (epoch 2 position 512 step 40)"));
+    } else {
+      ASSERT_EQ(writes.size(), 1u);
+      EXPECT_EQ(writes[0].point, At(1, 512, 40));
+    }
+  }
+}
+
 TEST(JobControllerTest, AnUnreadableCheckpointFallsBackToTheCopyOrStops) {
   Job job = Started(Config(1));
   job.Commit(At(0, 32, 1), true);

@@ -94,13 +94,13 @@ struct Commit {
   std::string learner;
 
   std::string Encode() const {
-    std::string out(4 * sizeof(double), '\0');
+    std::string out(kCommitHeaderBytes, '\0');
     const double header[4] = {loss_sum, correct, seen, train_seconds};
     std::memcpy(out.data(), header, sizeof(header));
     return out + learner;
   }
   static Commit Decode(const std::string& bytes) {
-    if (bytes.size() < 4 * sizeof(double)) throw FatalError("commit from rank 0 is truncated");
+    if (bytes.size() < kCommitHeaderBytes) throw FatalError("commit from rank 0 is truncated");
     Commit c;
     double header[4];
     std::memcpy(header, bytes.data(), sizeof(header));
