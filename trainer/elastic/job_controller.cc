@@ -136,7 +136,7 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   generation_ = e.generation;
   view_ = e.members;
   requested_.reset();
-  stop_committed_ = false;
+  stop_committed_at_.reset();
   stopped_.clear();
   // A restarted head's first view is empty: the workers are still coming back.
   if (phase_ == Phase::kRecovering) return;
@@ -182,7 +182,7 @@ void JobController::OnCommit(const event::Commit& e) {
   const bool from_rank_zero = e.member == 0 || (!view_.empty() && e.member == view_.front());
   if (!from_rank_zero) {
     if (e.stopped_on_request) stopped_.insert(e.member);
-    if (stop_committed_ && EveryoneStopped()) StoppedOnRequest();
+    if (stop_committed_at_ && EveryoneStopped()) StoppedOnRequest();
     return;
   }
   if (!newest_ || *newest_ < e.point || *newest_ == e.point) {
@@ -199,7 +199,7 @@ void JobController::OnCommit(const event::Commit& e) {
   faulting_since_.reset();
   out_.push_back(action::Journal{});
   if (!e.stopped_on_request) return;
-  stop_committed_ = true;
+  stop_committed_at_ = now_;
   stopped_.insert(view_.empty() ? e.member : view_.front());
   if (EveryoneStopped()) StoppedOnRequest();
 }
@@ -384,6 +384,8 @@ void JobController::Recover() {
 
 void JobController::Run() {
   if (!stopping_.empty()) return;
+  if (stop_committed_at_ && now_ - *stop_committed_at_ >= config_.stop_report_wait_ms)
+    return StoppedOnRequest();
   std::vector<uint64_t> staying, leaving;
   bool drain_expired = false;
   for (uint64_t id : view_) {

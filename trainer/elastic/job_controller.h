@@ -65,6 +65,9 @@ struct ControllerConfig {
   int64_t blacklist_after = 3;            // failures of one node
   int64_t blacklist_ms = 300000;
   bool resume = false;  // the first generation reads --checkpoint-dir
+  // After rank 0's stop report, the others' reports are waited for this long
+  // at most (a report lost on the way must not hold the job).
+  int64_t stop_report_wait_ms = 10000;
   // Faults with no commit in between for this long stop the job (exit 3).
   int64_t fault_give_up_ms = 360000;
 };
@@ -259,8 +262,8 @@ class JobController {
   std::map<uint64_t, uint64_t> nodes_;  // member -> node, of every member seen
 
   std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)
-  bool stop_committed_ = false;    // rank 0 reported the commit it stopped at
-  std::set<uint64_t> stopped_;     // members of the view out of the stop's collective
+  std::optional<int64_t> stop_committed_at_;  // when rank 0 reported the commit it stopped at
+  std::set<uint64_t> stopped_;                // members of the view out of the stop's collective
   std::optional<int64_t> below_minimum_since_;
   int stop_signals_ = 0;
   std::string stopped_by_;

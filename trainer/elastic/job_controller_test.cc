@@ -209,6 +209,22 @@ TEST(JobControllerTest, TheNextViewWaitsForEveryRankToReportTheStop) {
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3, 4}));
 }
 
+// A stop report lost on the way (the rank lives on) holds the next view for
+// --stop_report_wait_ms at most.
+TEST(JobControllerTest, ALostStopReportHoldsTheNextViewForABoundedTime) {
+  ControllerConfig config = Config(2);
+  config.stop_report_wait_ms = 10000;
+  Job job = Started(config);
+  job.Register(3, 2);
+  const uint64_t before = job.generation();
+  job.Feed(event::Commit{before, At(1, 0, 24), true, true, 1});
+  job.Advance(9999);
+  EXPECT_EQ(job.generation(), before) << "member 2 may still be in the collective";
+  job.Advance(1);
+  EXPECT_EQ(job.generation(), before + 1);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3}));
+}
+
 TEST(JobControllerTest, MaxWorkersKeepsJoinersPending) {
   ControllerConfig config = Config(2);
   config.max_workers = 2;
