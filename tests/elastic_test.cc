@@ -544,7 +544,9 @@ TEST(ElasticTest, ChaosThenInvariants) {
     // late may find the job over and the head gone: that is an error exit.)
     const int code = joiner->Wait(std::chrono::seconds(60));
     const std::string joined = joiner->Output();
-    if (joined.find("params generation=") != std::string::npos) EXPECT_EQ(code, 0) << joined;
+    if (joined.find("params generation=") != std::string::npos) {
+      EXPECT_EQ(code, 0) << joined;
+    }
     output += joined;
   }
   EXPECT_GE(FinalAccuracy(output), 45.0) << output;
@@ -676,6 +678,41 @@ TEST(ElasticTest, NobodyJoinsAfterAMassLossTheControllersCopyIsTheCheckpoint) {
   EXPECT_EQ(StepRestoredAfter(again, 0), written) << again;
   EXPECT_NE(again.find("done: 3 epochs"), std::string::npos) << again;
   ExpectOneChecksumPerGeneration(again);
+}
+
+// A spot pool taken back with notice: every worker gets SIGTERM at once and
+// leaves at the epoch boundary, sending its stop commit to the controller.
+// The job outlives them: a worker joining later continues from that commit
+// (epoch 3, step 96), not from a checkpoint or a fresh model.
+TEST(ElasticTest, EveryWorkerLeavingAtOnceThenAJoinContinuesFromTheStopCommit) {
+  const std::string dir = FreshTempDir("allleave");
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--token-file=" + dir + "/token");
+  Process driver(args, dir + "/driver.log");
+  const std::string port = HeadPort(driver);
+  const pid_t first = WorkerPid(driver, 1, 0);
+  const pid_t second = WorkerPid(driver, 1, 1);
+  ASSERT_TRUE(first > 0 && second > 0 && WaitForStep(driver, 2, 12)) << driver.Output();
+  ::kill(first, SIGTERM);
+  ::kill(second, SIGTERM);
+  ASSERT_FALSE(
+      driver.WaitFor("driver: generation \\d+: 0 workers", std::chrono::seconds(120)).empty())
+      << driver.Output();
+  Process joiner(
+      {kBinary, "--join=127.0.0.1:" + port, "--workers=1", "--token-file=" + dir + "/token"},
+      dir + "/join.log");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output() + joiner.Output();
+  EXPECT_NE(output.find("every worker is leaving; the controller's copy keeps their last commit "
+                        "(epoch 3 position 0 step 96)"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("restores the controller's copy"), std::string::npos) << output;
+  EXPECT_EQ(StepRestoredAfter(output, 2), 96) << output;
+  EXPECT_NE(output.find("epoch 3/3 world 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 3);
 }
 
 // The spot layout: a controller with no workers on a safe machine, every
@@ -994,8 +1031,9 @@ TEST(ElasticTest, SpotChaosWithControllerRestartsThenInvariants) {
   }
   for (auto it = std::sregex_iterator(output.begin(), output.end(), params);
        it != std::sregex_iterator(); ++it) {
-    if (std::stoi((*it)[1]) != first_generation)
+    if (std::stoi((*it)[1]) != first_generation) {
       EXPECT_NE((*it)[2], "0") << "generation " << (*it)[1] << " started from a fresh model";
+    }
   }
   ExpectOneChecksumPerGeneration(output);
   int epochs = 0;

@@ -204,6 +204,20 @@ void JobController::OnCommit(const event::Commit& e) {
   if (EveryoneStopped()) StoppedOnRequest();
 }
 
+void JobController::EveryoneLeft() {
+  // Spot capacity is taken back many machines at a time, each with a notice:
+  // with the controller's copy of the stop commit the job outlives them all
+  // and waits for new workers, as after a mass loss.
+  if (copy_ && newest_ && !(*copy_ < *newest_)) {
+    Say("driver: every worker is leaving; the controller's copy keeps their last commit (" +
+        ToString(*copy_) + ")");
+    return Publish({}, "every worker left");
+  }
+  Say("driver: every worker is leaving and the controller keeps no copy of their last commit "
+      "(--state-copy-every=0); stopping with a checkpoint");
+  StopWithCheckpoint({view_.front()}, "every worker left");
+}
+
 bool JobController::EveryoneStopped() const {
   for (uint64_t id : view_)
     if (members_.count(id) > 0 && stopped_.count(id) == 0) return false;
@@ -227,10 +241,7 @@ void JobController::StoppedOnRequest() {
   if (reason.empty()) reason = "membership unchanged";
   std::vector<uint64_t> next = staying;
   next.insert(next.end(), joining.begin(), joining.end());
-  if (next.empty()) {
-    Say("driver: every worker is leaving; stopping");
-    return StopWithCheckpoint({view_.front()}, "every worker left");
-  }
+  if (next.empty()) return EveryoneLeft();
   Publish(next, reason);
 }
 

@@ -215,6 +215,8 @@ class JobController {
   // Rank 0 committed a stop and every live member of the view is out of it.
   bool EveryoneStopped() const;
   void StoppedOnRequest();
+  // Every member of the view drains at once: keep the job with the copy, or stop.
+  void EveryoneLeft();
   void OnSynced(const event::Synced& e);
   void OnCheckpointWritten(const event::CheckpointWritten& e);
   void OnFault(const event::Fault& e);

@@ -252,6 +252,38 @@ TEST(JobControllerTest, GracefulLeaveAtTheBoundaryAndAtTheNextCommitAfterTheDrai
   EXPECT_EQ(job.LastStart()->reason, "1 left");
 }
 
+// Every worker gets a preemption notice at once (a spot pool taken back):
+// with the copy of the stop commit the job outlives them and a later joiner
+// continues from it; without a copy, rank 0 writes the checkpoint and the job stops.
+TEST(JobControllerTest, EveryWorkerLeavingAtOnceKeepsTheJobWithTheCopy) {
+  for (const bool copy : {true, false}) {
+    SCOPED_TRACE(copy ? "copy" : "no copy");
+    Job job = Started(Config(2));
+    job.Feed(event::Draining{1});
+    job.Feed(event::Draining{2});
+    ASSERT_EQ(Only<action::RequestStop>(job.Take()).size(), 1u);
+    job.Commit(At(1, 0, 32), copy, /*stopped=*/true);
+    if (!copy) {
+      EXPECT_TRUE(Said(job.all(), "keeps no copy"));
+      EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1}));
+      EXPECT_EQ(job.LastStart()->stop, "every worker left");
+      EXPECT_EQ(job.ExitCode(), kExitStopped);
+      continue;
+    }
+    EXPECT_TRUE(job.view().empty()) << "the leaving workers are released";
+    EXPECT_FALSE(job.ExitCode());
+    EXPECT_TRUE(Said(job.all(), "every worker is gone"));
+    job.Feed(event::Gone{1, false});  // the leavers exit
+    job.Feed(event::Gone{2, false});
+    job.Register(3);
+    ASSERT_TRUE(job.LastStart());
+    EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
+    EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+    EXPECT_EQ(job.LastStart()->source.point, At(1, 0, 32));
+    EXPECT_FALSE(job.ExitCode());
+  }
+}
+
 TEST(JobControllerTest, KillOfRankZeroRestoresFromTheNextHolder) {
   Job job = Started(Config(3));
   job.Commit(At(0, 96, 3), false);

@@ -662,8 +662,10 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
   if (rank == 0 || stop) {
     // The controller keeps a copy every --state-copy-every commits: with it,
     // losing every worker at once costs at most the steps since that commit.
+    // A stop commit always carries one: when every worker leaves, the copy is
+    // what the job goes on from.
     const bool copy = rank == 0 && elastic_.state_copy_every > 0 &&
-                      ++commits_since_copy_ >= elastic_.state_copy_every;
+                      (++commits_since_copy_ >= elastic_.state_copy_every || stop);
     if (copy) commits_since_copy_ = 0;
     const std::string state = copy ? commit_.Encode() : std::string();
     Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
