@@ -335,6 +335,11 @@ class Worker {
   bool holds_commit_ = false;  // commit_ is the job's state (not only the fresh model)
   StatePoint committed_;       // where commit_ stands, once holds_commit_
   int64_t commits_since_copy_ = 0;
+  bool said_copy_too_large_ = false;
+  // What a CommitReport adds to the state it carries, with room to spare.
+  static constexpr size_t kCopyFrameOverhead = size_t{64} << 10;
+  // Whether `state` fits in the frame of a CommitReport; says once when not.
+  bool CopyFits(const std::string& state);
   double last_accuracy_ = 0;
   bool stopped_early_ = false;
   // Sums of the steps since the last commit point.
@@ -667,11 +672,12 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
     const bool copy = rank == 0 && elastic_.state_copy_every > 0 &&
                       (++commits_since_copy_ >= elastic_.state_copy_every || stop);
     if (copy) commits_since_copy_ = 0;
-    const std::string state = copy ? commit_.Encode() : std::string();
+    std::string state = copy ? commit_.Encode() : std::string();
+    if (!CopyFits(state)) state.clear();
     Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
       m.setGeneration(generation_);
       ToProto(Point(), m.initPoint());
-      if (copy)
+      if (!state.empty())
         m.setState(
             capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
       m.setStoppedOnRequest(stop);
@@ -679,6 +685,21 @@ bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
     });
   }
   return stop;
+}
+
+bool Worker::CopyFits(const std::string& state) {
+  // One frame carries the copy, and the head refuses (and disconnects) a
+  // frame over its limit: rank 0 would be taken for dead.
+  const size_t limit = env_.transport.max_frame_bytes - kCopyFrameOverhead;
+  if (state.size() <= limit) return true;
+  if (!said_copy_too_large_) {
+    said_copy_too_large_ = true;
+    Log("warning: the job's state is %zu bytes, over the %zu one control-plane frame can take: "
+        "the controller keeps no copy, so losing every worker at once falls back to the newest "
+        "checkpoint (--checkpoint-dir)",
+        state.size(), limit);
+  }
+  return false;
 }
 
 EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
