@@ -265,6 +265,24 @@ void KillMidEpoch(int rank) {
   CheckSamples(dir, 2);
 }
 
+// A bad --data-dir is one clear error from the driver, before any worker is
+// started (not the same error once per worker).
+TEST(ElasticTest, ABadDataDirIsOneErrorBeforeAnyWorkerStarts) {
+  const std::string dir = FreshTempDir("nodata");
+  std::vector<std::string> args = JobArgs(dir, 3, 1);
+  for (std::string& arg : args)
+    if (arg == "--dataset=fashion-mnist") arg = "--dataset=cifar10";
+  args.push_back("--data-dir=" + dir + "/missing");
+  Process driver(args, dir + "/driver.log");
+  EXPECT_EQ(driver.Wait(std::chrono::seconds(120)), 1) << driver.Output();
+  const std::string output = driver.Output();
+  const std::string error = "cifar: error: no CIFAR-10 train data in '" + dir + "/missing'";
+  const size_t first = output.find(error);
+  ASSERT_NE(first, std::string::npos) << output;
+  EXPECT_EQ(output.find(error, first + 1), std::string::npos) << "said once\n" << output;
+  EXPECT_EQ(output.find("[worker"), std::string::npos) << "no worker started\n" << output;
+}
+
 TEST(ElasticTest, KillNonZeroRankMidEpoch) { KillMidEpoch(1); }
 TEST(ElasticTest, KillRankZeroMidEpoch) { KillMidEpoch(0); }
 

@@ -33,6 +33,7 @@
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data/dataset.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
@@ -669,6 +670,14 @@ std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic,
   return journal;
 }
 
+// Every local worker loads the data set. Loading it here first makes a bad
+// --data-dir one error instead of one per worker, and a missing CIFAR-10 one
+// download (with its progress bar) that every worker then finds in the cache.
+void CheckDataSet(const TrainOptions& train) {
+  for (const Split split : {Split::kTrain, Split::kTest})
+    LoadDataset(train.dataset, train.data_dir, split);
+}
+
 }  // namespace
 
 ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& train) {
@@ -695,6 +704,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   monitoring::MetricsOptions metrics_options;
   metrics_options.address = elastic.metrics_address;
   metrics_options.port = elastic.metrics_port;
+  if (!elastic.controller_only) CheckDataSet(train);
   InstallStopSignalHandlers();
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
