@@ -40,6 +40,7 @@
 #include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/job_metrics.h"
 #include "trainer/elastic/journal.h"
+#include "trainer/elastic/preemption_notice.h"
 #include "trainer/progress.h"
 
 namespace elastic::trainer {
@@ -617,8 +618,8 @@ std::string Joined(const std::vector<std::string>& args) {
 // `args` without the flags that say where this driver serves (they may change
 // from one start to the next without changing the job).
 std::vector<std::string> TrainingFlags(const std::vector<std::string>& args) {
-  static const char* const kWhere[] = {"--port", "--metrics-port", "--metrics-address",
-                                       "--run-dir"};
+  static const char* const kWhere[] = {"--port", "--metrics-port", "--metrics-address", "--run-dir",
+                                       "--preemption-notice"};
   std::vector<std::string> kept;
   for (size_t i = 0; i < args.size(); ++i) {
     bool where = false;
@@ -676,6 +677,23 @@ std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic,
 void CheckDataSet(const TrainOptions& train) {
   for (const Split split : {Split::kTrain, Split::kTest})
     LoadDataset(train.dataset, train.data_dir, split);
+}
+
+// --preemption-notice: drains `agent`'s workers when this machine's notice
+// appears; nullptr when the flag is not set.
+std::unique_ptr<PreemptionWatcher> WatchForPreemption(const ElasticOptions& elastic,
+                                                      runtime::NodeAgent& agent,
+                                                      const std::string& who) {
+  if (elastic.preemption_notice.empty()) return nullptr;
+  const NoticeSource source = ParseNoticeSource(elastic.preemption_notice);
+  Say(who + ": watching " + Describe(source) + " for a preemption notice");
+  return std::make_unique<PreemptionWatcher>(
+      source, std::chrono::seconds(1),
+      [&agent, who](const std::string& notice) {
+        Say(who + ": preemption notice (" + notice + "): draining this machine's workers");
+        agent.Drain("preemption notice: " + notice);
+      },
+      [who](const std::string& line) { Say(who + ": " + line); });
 }
 
 }  // namespace
@@ -792,6 +810,8 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
     Say("driver: started " + std::to_string(elastic.workers) + " workers on node " +
         std::to_string(agent->node_id()));
   }
+  const std::unique_ptr<PreemptionWatcher> watcher =
+      agent ? WatchForPreemption(elastic, *agent, "driver") : nullptr;
 
   const int code = finished.get();
   // The members of a stop generation sync and rank 0 writes the checkpoint;
@@ -841,6 +861,7 @@ int RunJoin(const ElasticOptions& elastic) {
   Say("join: node " + std::to_string(agent.node_id()) + " added " +
       std::to_string(elastic.workers) + " workers to " + elastic.join +
       "; they enter at the next epoch boundary. SIGTERM here drains them.");
+  const std::unique_ptr<PreemptionWatcher> watcher = WatchForPreemption(elastic, agent, "join");
   return agent.RunUntilSignalled();
 }
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "trainer/elastic/preemption_notice.h"
+
 namespace elastic::trainer {
 
 void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
@@ -81,6 +83,13 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddString("run-dir", &o.run_dir,
               "elastic: directory for the driver's end-of-run report (report.html); empty: "
               "runs/<date-time> in the directory the job was started from");
+  f.AddString("preemption-notice", &o.preemption_notice,
+              "elastic: watch this machine's cloud for a spot preemption notice and drain its "
+              "workers (they leave at the next epoch boundary, or at the next commit after "
+              "--drain-timeout) as soon as one appears: gce (30 s of notice), aws (120 s; "
+              "IMDSv2), gce:URL or aws:URL (another metadata server), or an http(s) URL that "
+              "answers 200 once a notice is out. Polled every second. Empty: only SIGTERM "
+              "drains");
   f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts.",
               {"", "worker"});
 }
@@ -146,6 +155,13 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
                     " is below --max-workers=" + std::to_string(o.max_workers) +
                     ": each worker needs a sample of every step");
   if (o.blacklist_after < 1) throw FlagError("--blacklist-after must be >= 1");
+  if (!o.preemption_notice.empty()) {
+    if (o.controller_only)
+      throw FlagError(
+          "--preemption-notice drains the workers of this machine, and --controller-only runs "
+          "none: give it to the --join nodes");
+    ParseNoticeSource(o.preemption_notice);
+  }
   if (o.role == "worker" && !o.join.empty())
     throw FlagError("--role=worker and --join do not go together");
 }

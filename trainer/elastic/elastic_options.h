@@ -45,6 +45,9 @@ struct ElasticOptions {
   std::string run_dir;  // "": runs/<date-time> in the directory the job was started from
   // The controller's journal; a driver restarted with it takes the job over.
   std::string state_dir;
+  // Where this machine's spot preemption notice appears (preemption_notice.h):
+  // "gce", "aws", "gce:URL", "aws:URL" or a URL; "": SIGTERM only.
+  std::string preemption_notice;
 };
 
 // Binds every ElasticOptions field to a flag of `flags`.

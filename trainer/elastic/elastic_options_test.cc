@@ -52,6 +52,21 @@ TEST(ElasticOptionsTest, ImpossibleCombinationsNameTheFlag) {
   ValidateElasticOptions(bounds, TrainOptions());
 }
 
+TEST(ElasticOptionsTest, PreemptionNoticeSourcesAreChecked) {
+  ElasticOptions o;
+  o.workers = 2;
+  for (const char* good : {"gce", "aws", "gce:http://127.0.0.1:8080", "https://notice/x"}) {
+    o.preemption_notice = good;
+    ValidateElasticOptions(o, TrainOptions());
+  }
+  o.preemption_notice = "azure";
+  ExpectFlagError(o, "--preemption-notice=azure: expected gce, aws");
+  ElasticOptions controller;
+  controller.controller_only = true;
+  controller.preemption_notice = "gce";
+  ExpectFlagError(controller, "--controller-only runs none");
+}
+
 TEST(ElasticOptionsTest, GlobalBatchNeedsASampleForEveryWorker) {
   ElasticOptions o;
   o.workers = 4;
