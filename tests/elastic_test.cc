@@ -50,6 +50,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kTrainSamples = 3072;
 constexpr char kBinary[] = "trainer/cifar";
 
+using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::IsRunning;
 using elastic::tests::Process;
 using elastic::tests::ReadFile;
@@ -105,65 +106,9 @@ double FinalAccuracy(const std::string& output) {
 }
 
 // Every sample of each of the first `epochs` epochs was trained on exactly
-// once, across all workers and generations, discarding rolled-back steps.
+// once (--log-samples=dir/samples).
 void CheckSamples(const std::string& dir, int epochs) {
-  using Position = std::pair<int64_t, int64_t>;  // (epoch, position)
-  std::map<int64_t, Position> start;             // generation -> where its sync restored
-  struct Step {
-    int64_t generation;
-    Position at;
-    std::vector<int64_t> indices;
-  };
-  std::vector<Step> steps;
-  DIR* d = ::opendir((dir + "/samples").c_str());
-  ASSERT_NE(d, nullptr);
-  int files = 0;
-  while (dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name.rfind("samples-", 0) != 0) continue;
-    ++files;
-    std::istringstream in(ReadFile(dir + "/samples/" + name));
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string kind;
-      int64_t generation, epoch, position;
-      fields >> kind >> generation >> epoch >> position;
-      if (kind == "G") {
-        start[generation] = {epoch, position};
-      } else if (kind == "S") {
-        Step step{generation, {epoch, position}, {}};
-        int64_t index;
-        while (fields >> index) step.indices.push_back(index);
-        steps.push_back(step);
-      }
-    }
-  }
-  ::closedir(d);
-  ASSERT_GT(files, 0);
-  std::map<int64_t, std::vector<int64_t>> count;  // epoch -> uses of each sample
-  for (const Step& step : steps) {
-    auto next = start.upper_bound(step.generation);
-    if (next != start.end() && !(step.at < next->second)) continue;  // rolled back
-    std::vector<int64_t>& uses = count[step.at.first];
-    uses.resize(kTrainSamples, 0);
-    for (int64_t index : step.indices) {
-      ASSERT_GE(index, 0);
-      ASSERT_LT(index, kTrainSamples);
-      ++uses[static_cast<size_t>(index)];
-    }
-  }
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    ASSERT_EQ(count.count(epoch), 1u) << "no step of epoch " << epoch;
-    const std::vector<int64_t>& uses = count[epoch];
-    int64_t missing = 0, repeated = 0;
-    for (int64_t u : uses) {
-      if (u == 0) ++missing;
-      if (u > 1) ++repeated;
-    }
-    EXPECT_EQ(missing, 0) << "samples never used in epoch " << epoch;
-    EXPECT_EQ(repeated, 0) << "samples used more than once in epoch " << epoch;
-  }
+  ExpectEverySampleOnce(dir + "/samples", kTrainSamples, epochs);
 }
 
 // The last (1-based) epoch whose summary `output` printed; 0 if none.

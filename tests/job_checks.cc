@@ -1,5 +1,6 @@
 #include "tests/job_checks.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -7,6 +8,8 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
+#include <vector>
 
 namespace elastic::tests {
 
@@ -56,6 +59,66 @@ int PrintedEpochCount(const std::string& output) {
   const std::regex re("epoch \\d+/\\d+ world \\d+ \\|");
   return static_cast<int>(std::distance(std::sregex_iterator(output.begin(), output.end(), re),
                                         std::sregex_iterator()));
+}
+
+void ExpectEverySampleOnce(const std::string& samples_dir, int64_t train_samples, int epochs) {
+  using Position = std::pair<int64_t, int64_t>;  // (epoch, position)
+  std::map<int64_t, Position> start;             // generation -> where its sync restored
+  struct Step {
+    int64_t generation;
+    Position at;
+    std::vector<int64_t> indices;
+  };
+  std::vector<Step> steps;
+  DIR* d = ::opendir(samples_dir.c_str());
+  ASSERT_NE(d, nullptr);
+  int files = 0;
+  while (dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("samples-", 0) != 0) continue;
+    ++files;
+    std::istringstream in(ReadFile(samples_dir + "/" + name));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string kind;
+      int64_t generation, epoch, position;
+      fields >> kind >> generation >> epoch >> position;
+      if (kind == "G") {
+        start[generation] = {epoch, position};
+      } else if (kind == "S") {
+        Step step{generation, {epoch, position}, {}};
+        int64_t index;
+        while (fields >> index) step.indices.push_back(index);
+        steps.push_back(step);
+      }
+    }
+  }
+  ::closedir(d);
+  ASSERT_GT(files, 0);
+  std::map<int64_t, std::vector<int64_t>> count;  // epoch -> uses of each sample
+  for (const Step& step : steps) {
+    auto next = start.upper_bound(step.generation);
+    if (next != start.end() && !(step.at < next->second)) continue;  // rolled back
+    std::vector<int64_t>& uses = count[step.at.first];
+    uses.resize(train_samples, 0);
+    for (int64_t index : step.indices) {
+      ASSERT_GE(index, 0);
+      ASSERT_LT(index, train_samples);
+      ++uses[static_cast<size_t>(index)];
+    }
+  }
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    ASSERT_EQ(count.count(epoch), 1u) << "no step of epoch " << epoch;
+    const std::vector<int64_t>& uses = count[epoch];
+    int64_t missing = 0, repeated = 0;
+    for (int64_t u : uses) {
+      if (u == 0) ++missing;
+      if (u > 1) ++repeated;
+    }
+    EXPECT_EQ(missing, 0) << "samples never used in epoch " << epoch;
+    EXPECT_EQ(repeated, 0) << "samples used more than once in epoch " << epoch;
+  }
 }
 
 }  // namespace elastic::tests

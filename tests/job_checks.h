@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "tests/process.h"
@@ -30,5 +31,11 @@ double LastTestAccuracy(const std::string& output);
 
 // The epoch summaries ("epoch E/N world W | ...") the driver printed.
 int PrintedEpochCount(const std::string& output);
+
+// Every sample of each of the first `epochs` epochs was trained on exactly
+// once, across all workers and generations, discarding the steps a later
+// restore rolled back: read from the files --log-samples wrote in
+// `samples_dir` for a job of `train_samples` training samples.
+void ExpectEverySampleOnce(const std::string& samples_dir, int64_t train_samples, int epochs);
 
 }  // namespace elastic::tests
