@@ -36,6 +36,16 @@ void ExpectOneChecksumPerGeneration(const std::string& output) {
   EXPECT_EQ(output.find("checksum mismatch"), std::string::npos);
 }
 
+void ExpectStepsWithinTheirEpoch(const std::string& output) {
+  const std::regex re("epoch \\d+/\\d+ step (\\d+)/(\\d+) ");
+  int lines = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it, ++lines) {
+    EXPECT_LE(std::stoll((*it)[1]), std::stoll((*it)[2])) << "progress line: " << it->str();
+  }
+  EXPECT_GT(lines, 0) << "no progress line in the output";
+}
+
 bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds timeout) {
   const std::string summary = "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|";
   if (driver.WaitFor(summary, timeout).empty()) {

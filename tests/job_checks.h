@@ -19,6 +19,11 @@ std::string FreshTempDir(const std::string& name);
 // generation did, and no worker reported a mismatch. Google Test expectations.
 void ExpectOneChecksumPerGeneration(const std::string& output);
 
+// No progress line counts past its epoch ("epoch E/N step S/T" with S > T):
+// a generation that redoes part of an epoch with another world has another
+// number of steps, and the line must say so.
+void ExpectStepsWithinTheirEpoch(const std::string& output);
+
 // Waits until the driver printed an epoch summary with `world` workers, then
 // sends it SIGTERM: the job stops at the next epoch boundary with a checkpoint
 // (exit status 3). A test whose membership change must take effect runs as

@@ -25,7 +25,9 @@ void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t 
   const bool last = step_in_epoch == steps_in_epoch_;
   if (!live_ && step_in_epoch % log_every_ != 0 && !last) return;
   const double seconds = epoch_seconds();
-  const double rate = seconds > 0 ? static_cast<double>(images_in_epoch) / seconds : 0;
+  // Below a millisecond the rate is noise (the first step of an epoch that
+  // started with a restored commit reports its images at once).
+  const double rate = seconds > 1e-3 ? static_cast<double>(images_in_epoch) / seconds : 0;
   const double eta = step_in_epoch > 0 ? seconds / static_cast<double>(step_in_epoch) *
                                              static_cast<double>(steps_in_epoch_ - step_in_epoch)
                                        : 0;

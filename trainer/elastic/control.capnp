@@ -144,6 +144,7 @@ struct Done {
   steps @1 :Int64;
   testAccuracy @2 :Float64;
   earlyStop @3 :Bool;
+  generation @4 :UInt64;  # the generation that trained the last step
 }
 
 # A member -> controller (tell "stats"): its cumulative allreduce and step

@@ -231,6 +231,7 @@ class ControllerActor : public runtime::Actor {
   bool first_step_seen_ = true;
   int stop_signals_seen_ = 0;
   int64_t reported_epoch_ = -1;
+  uint64_t reported_generation_ = 0;
   int64_t printed_epoch_ = 0;  // 1-based epoch of the last summary printed
   std::set<uint64_t> bad_stats_;
   Clock::time_point last_runtime_stats_;
@@ -354,8 +355,11 @@ void ControllerActor::OnProgress(const std::string& payload) {
   report.lr = p.getLr();
   report.world = p.getWorld();
   metrics_.OnProgress(report);
-  if (report.epoch != reported_epoch_) {
+  // A new generation redoes part of the epoch with another world, so with
+  // another number of steps: the line starts over like a new epoch.
+  if (report.epoch != reported_epoch_ || report.generation != reported_generation_) {
     reported_epoch_ = report.epoch;
+    reported_generation_ = report.generation;
     reporter_.StartEpoch(report.epoch + 1, train_.epochs, report.steps_in_epoch);
   }
   reporter_.Step(report.step_in_epoch, report.step, static_cast<int64_t>(report.seen), report.loss,
@@ -448,7 +452,7 @@ void ControllerActor::OnDone(const std::string& payload) {
                 static_cast<long long>(d.getEpochs()), static_cast<long long>(d.getSteps()),
                 100 * d.getTestAccuracy(), d.getEarlyStop() ? " (early stop)" : "");
   reporter_.Note(line);
-  Feed(event::Done{});
+  Feed(event::Done{d.getGeneration()});
 }
 
 void ControllerActor::OnStats(const std::string& payload) {

@@ -44,6 +44,11 @@ bool CommitDue(const TrainingLimits& limits, const StatePoint& at, int64_t steps
   return steps_since_commit >= limits.commit_every || !StepsRemain(limits, at);
 }
 
+bool StopsHere(std::optional<bool> request, CommitAt at) {
+  if (!request || at == CommitAt::kLastBoundary) return false;
+  return *request || at == CommitAt::kEpochBoundary;
+}
+
 EpochEnd PlanEpochEnd(const TrainingLimits& limits, const StatePoint& next, bool stopped_early,
                       bool stop_requested) {
   EpochEnd end;

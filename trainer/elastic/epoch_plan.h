@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "trainer/elastic/job_controller.h"
@@ -60,6 +61,19 @@ bool StepsRemain(const TrainingLimits& limits, const StatePoint& at);
 // only a commit sums the ranks' loss and accuracy (the epoch summary must count
 // every step) and a failure in the evaluation that follows should lose none.
 bool CommitDue(const TrainingLimits& limits, const StatePoint& at, int64_t steps_since_commit);
+
+// Where a commit is taken, for the stop requests it honours.
+enum class CommitAt {
+  kStep,           // after a step: only a request for the next commit
+  kEpochBoundary,  // at a boundary training goes on from: any request
+  kLastBoundary,   // at the boundary that ends the job: none (it finishes anyway)
+};
+
+// Whether rank 0 stops the generation at this commit, given the controller's
+// request (true: at the next commit; false: at the next epoch boundary;
+// nullopt: none). A stop at the last boundary would make the controller
+// publish a view that never trains.
+bool StopsHere(std::optional<bool> request, CommitAt at);
 
 // What an epoch boundary does once the epoch is ended and committed.
 struct EpochEnd {

@@ -154,6 +154,19 @@ TEST(EpochPlanTest, CommitDueAfterAStep) {
   }
 }
 
+TEST(EpochPlanTest, StopsHere) {
+  const std::optional<bool> none, at_boundary = false, at_commit = true;
+  EXPECT_FALSE(StopsHere(none, CommitAt::kStep));
+  EXPECT_FALSE(StopsHere(none, CommitAt::kEpochBoundary));
+  EXPECT_FALSE(StopsHere(at_boundary, CommitAt::kStep));
+  EXPECT_TRUE(StopsHere(at_boundary, CommitAt::kEpochBoundary));
+  EXPECT_TRUE(StopsHere(at_commit, CommitAt::kStep));
+  EXPECT_TRUE(StopsHere(at_commit, CommitAt::kEpochBoundary));
+  // The job ends at its last boundary whatever was asked.
+  EXPECT_FALSE(StopsHere(at_boundary, CommitAt::kLastBoundary));
+  EXPECT_FALSE(StopsHere(at_commit, CommitAt::kLastBoundary));
+}
+
 TEST(EpochPlanTest, EpochBoundary) {
   struct Case {
     int64_t checkpoint_every, max_steps;

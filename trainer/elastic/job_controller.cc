@@ -81,7 +81,7 @@ std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
         if constexpr (std::is_same_v<T, event::Synced>) OnSynced(e);
         if constexpr (std::is_same_v<T, event::CheckpointWritten>) OnCheckpointWritten(e);
         if constexpr (std::is_same_v<T, event::Fault>) OnFault(e);
-        if constexpr (std::is_same_v<T, event::Done>) OnDone();
+        if constexpr (std::is_same_v<T, event::Done>) OnDone(e);
         if constexpr (std::is_same_v<T, event::StopSignal>) OnStopSignal(e);
       },
       event);
@@ -297,8 +297,11 @@ void JobController::OnFault(const event::Fault& e) {
   Publish(view_, "re-formed after a fault on worker " + std::to_string(e.member));
 }
 
-void JobController::OnDone() {
+void JobController::OnDone(const event::Done& e) {
   over_reason_ = "the job is done";
+  // A view published after the generation that finished (joiners admitted at
+  // the last boundary) never trains: its members are told, not waited for.
+  done_by_last_view_ = e.generation == generation_;
   Finish(kExitOk);
 }
 
@@ -532,7 +535,7 @@ void JobController::Finish(int exit_code) {
   if (over_reason_.empty()) over_reason_ = "the job is over";
   // Members of the last view finish on their own (done) or with the stop
   // generation; everyone else is told.
-  const bool view_finishes = exit_code == kExitOk || !stopping_.empty();
+  const bool view_finishes = (exit_code == kExitOk && done_by_last_view_) || !stopping_.empty();
   for (const auto& [id, member] : members_)
     if (!(view_finishes && Contains(view_, id))) out_.push_back(action::TellOver{id, over_reason_});
   out_.push_back(action::Journal{});

@@ -125,7 +125,9 @@ struct Fault {
   std::string reason;
   bool state_unavailable = false;
 };
-struct Done {};
+struct Done {  // rank 0 of `generation` trained the last step
+  uint64_t generation = 0;
+};
 struct StopSignal {
   int count = 0;  // signals so far: 1 at the next epoch boundary, 2 at the next commit
   std::string name;
@@ -220,7 +222,7 @@ class JobController {
   void OnSynced(const event::Synced& e);
   void OnCheckpointWritten(const event::CheckpointWritten& e);
   void OnFault(const event::Fault& e);
-  void OnDone();
+  void OnDone(const event::Done& e);
   void OnStopSignal(const event::StopSignal& e);
 
   void Start();
@@ -270,6 +272,7 @@ class JobController {
   int stop_signals_ = 0;
   std::string stopped_by_;
   std::string stopping_;                   // non-empty once a stop generation is on its way
+  bool done_by_last_view_ = true;          // Done came from the generation of view_
   std::string over_reason_;                // what members outside the last view are told
   std::set<uint64_t> faulted_;             // generations re-formed after a fault
   std::optional<int64_t> faulting_since_;  // first fault with no commit since

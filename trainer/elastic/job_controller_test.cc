@@ -465,11 +465,28 @@ TEST(JobControllerTest, StopBeforeTheStartIsAnError) {
 TEST(JobControllerTest, DoneTellsPendingJoinersTheJobIsOver) {
   Job job = Started(Config(2));
   job.Register(3);
-  job.Feed(event::Done{});
+  job.Feed(event::Done{job.generation()});
   EXPECT_EQ(job.ExitCode(), kExitOk);
   const auto over = Only<action::TellOver>(job.all());
   ASSERT_EQ(over.size(), 1u);
   EXPECT_EQ(over[0].member, 3u);
+}
+
+// A joiner admitted at the job's last boundary (rank 0 stopped there as
+// asked, then found the job done) is in a view that never trains: it is told
+// the job is over, not left waiting for a rendezvous.
+TEST(JobControllerTest, DoneByAnEarlierGenerationTellsTheLastViewTheJobIsOver) {
+  Job job = Started(Config(2));
+  job.Register(3);
+  const uint64_t last = job.generation();
+  job.Commit(At(2, 0, 96), false, /*stopped=*/true);
+  ASSERT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3}));
+  job.Feed(event::Done{last});
+  EXPECT_EQ(job.ExitCode(), kExitOk);
+  bool joiner_told = false;
+  for (const action::TellOver& over : Only<action::TellOver>(job.all()))
+    joiner_told = joiner_told || over.member == 3u;
+  EXPECT_TRUE(joiner_told);
 }
 
 TEST(JobControllerTest, AFaultWithNoMembershipChangeReformsTheGenerationOnce) {

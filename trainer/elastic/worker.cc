@@ -273,7 +273,7 @@ class Worker {
 
   // Allreduces the control vector at a commit point and takes the commit.
   // Returns true when rank 0 asked everyone to stop for a membership change.
-  bool CommitPoint(Communicator& comm, int rank, bool epoch_boundary);
+  bool CommitPoint(Communicator& comm, int rank, CommitAt at);
   EvalResult EvaluateShard(Communicator& comm, int rank, int world);
   // The epoch's summary to the controller (rank 0, after the evaluation).
   void ReportEpoch(const EvalResult& eval, int world, double eval_seconds);
@@ -643,12 +643,9 @@ void Worker::Sync(Communicator& comm, int rank, int root) {
   }
 }
 
-bool Worker::CommitPoint(Communicator& comm, int rank, bool epoch_boundary) {
+bool Worker::CommitPoint(Communicator& comm, int rank, CommitAt at) {
   double control[5] = {pending_.loss, pending_.correct, pending_.seen, pending_.seconds, 0};
-  if (rank == 0) {
-    const std::optional<bool> request = inbox_->Request(generation_);
-    if (request && (*request || epoch_boundary)) control[4] = 1;
-  }
+  if (rank == 0 && StopsHere(inbox_->Request(generation_), at)) control[4] = 1;
   comm.Allreduce(control, 5, DataType::kFloat64, ReduceOp::kSum);
   commit_.loss_sum += control[0];
   commit_.correct += control[1];
@@ -800,7 +797,7 @@ Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
       first_step = false;
       if (CommitDue(limits_, Point(), ++steps_since_commit)) {
         steps_since_commit = 0;
-        if (CommitPoint(comm, rank, false)) return Outcome::kChange;
+        if (CommitPoint(comm, rank, CommitAt::kStep)) return Outcome::kChange;
       }
     }
   }
@@ -910,7 +907,9 @@ Worker::Boundary Worker::EpochBoundary(Communicator& comm, const StepShape& shap
   ++p.epoch;
   p.position = 0;
   commit_.loss_sum = commit_.correct = commit_.seen = commit_.train_seconds = 0;
-  const bool stop = CommitPoint(comm, shape.rank, true);
+  const bool last = TrainingFinished(limits_, Point(), stopped_early_);
+  const bool stop =
+      CommitPoint(comm, shape.rank, last ? CommitAt::kLastBoundary : CommitAt::kEpochBoundary);
   const EpochEnd end = PlanEpochEnd(limits_, Point(), stopped_early_, stop);
   if (shape.rank == 0 && end.checkpoint) WriteCheckpoint(commit_.learner);
   if (end.leave) return Boundary::kChange;
@@ -926,6 +925,7 @@ void Worker::FinishJob() {
     m.setSteps(p.step);
     m.setTestAccuracy(last_accuracy_);
     m.setEarlyStop(stopped_early_);
+    m.setGeneration(generation_);
   });
   try {
     controller_.Ask(kMethodDone, done, std::chrono::seconds(30)).get();
