@@ -234,7 +234,8 @@ void Connection::OnFrame(const std::shared_ptr<IncomingFrame>& frame) {
 void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
   const auto which = envelope.which();
   auto refuse = [this](const std::string& why) {
-    ELASTIC_LOG(kWarning, "transport", "refusing " << peer_ << ": " << why);
+    // The close that follows is logged (rate-limited, with this reason).
+    ELASTIC_LOG(kDebug, "transport", "refusing " << peer_ << ": " << why);
     capnp::MallocMessageBuilder message;
     auto error = message.initRoot<proto::Envelope>().initRefused();
     error.setCode(proto::ErrorCode::UNAUTHENTICATED);

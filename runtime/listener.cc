@@ -16,6 +16,16 @@ constexpr std::chrono::milliseconds kMaxBackoff{1000};
 // this long says how many there were.
 constexpr std::chrono::seconds kLogInterval{10};
 
+std::vector<uint8_t> RefusedFrame(const std::string& why) {
+  capnp::MallocMessageBuilder message;
+  auto error = message.initRoot<proto::Envelope>().initRefused();
+  error.setCode(proto::ErrorCode::UNAVAILABLE);
+  error.setMessage(why);
+  const auto words = EncodeFrame(message);
+  const auto bytes = words.asBytes();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
 }  // namespace
 
 AcceptBackoff::AcceptBackoff(std::chrono::milliseconds first, std::chrono::milliseconds max)
@@ -37,6 +47,11 @@ Listener::Listener(EventLoop& loop, asio::ip::tcp::acceptor& acceptor, std::stri
       transport_(std::move(transport)),
       token_(std::move(token)),
       callbacks_(std::move(callbacks)),
+      refused_total_frame_(RefusedFrame("too many connections are authenticating (limit " +
+                                        std::to_string(limits_.max_total) + "); try again")),
+      refused_address_frame_(
+          RefusedFrame("too many connections from your address are authenticating (limit " +
+                       std::to_string(limits_.max_per_address) + "); try again")),
       backoff_(kFirstBackoff, kMaxBackoff),
       retry_timer_(loop.context()),
       accept_error_log_(LogLevel::kWarning, component_, kLogInterval),
@@ -82,7 +97,7 @@ void Listener::OnAccepted(const asio::error_code& ec, asio::ip::tcp::socket sock
   const asio::ip::address address = socket.remote_endpoint(endpoint_ec).address();
   if (endpoint_ec) {
     // The peer is gone already; nothing to serve.
-    Drop(socket);
+    Drop(socket, {});
   } else if (Admit(address)) {
     auto slot_held = std::make_shared<bool>(true);
     ConnectionCallbacks callbacks = callbacks_;
@@ -101,7 +116,8 @@ void Listener::OnAccepted(const asio::error_code& ec, asio::ip::tcp::socket sock
     pending_[connection.get()] = connection;
     unauthenticated_now_.store(pending_.size());
   } else {
-    Drop(socket);
+    Drop(socket,
+         pending_.size() >= limits_.max_total ? refused_total_frame_ : refused_address_frame_);
   }
   AcceptNext();
 }
@@ -144,8 +160,8 @@ bool Listener::Admit(const asio::ip::address& address) {
                   " connections from that address are in their handshake (limit " +
                   std::to_string(limits_.max_per_address) + ")";
     ELASTIC_LOG(kWarning, component_,
-                "closed a new connection from " << address.to_string() << " at once: " << why
-                                                << SuppressedNote(suppressed, "closed so"));
+                "refused a new connection from " << address.to_string() << ": " << why
+                                                 << SuppressedNote(suppressed, "refused so"));
   }
   return false;
 }
@@ -157,9 +173,14 @@ void Listener::Release(Connection* connection, const asio::ip::address& address)
   if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
 }
 
-void Listener::Drop(asio::ip::tcp::socket& socket) {
+void Listener::Drop(asio::ip::tcp::socket& socket, const std::vector<uint8_t>& refusal) {
   asio::error_code ignored;
-  socket.set_option(asio::socket_base::linger(true, 0), ignored);
+  if (!refusal.empty()) {
+    // A new socket's send buffer takes a small frame whole; if it does not,
+    // the peer learns only of the close.
+    socket.non_blocking(true, ignored);
+    socket.send(asio::buffer(refusal), 0, ignored);
+  }
   socket.close(ignored);
 }
 

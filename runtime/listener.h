@@ -8,8 +8,9 @@
 // also serves heartbeats). The listener therefore
 //   - admits at most PreAuthLimits::max_total unauthenticated connections at
 //     once, and max_per_address from one source address: a connection beyond
-//     either is closed at once (reset, no log line of its own; a rate-limited
-//     line counts them);
+//     either gets a Refused frame naming the limit (in place of the Hello;
+//     one non-blocking write) and is closed at once, with no log line of its
+//     own (a rate-limited line counts them);
 //   - after an accept error (EMFILE, ENFILE, ENOBUFS, ENOMEM, ...) waits before
 //     accepting again, 10 ms doubling to 1 s, reset by the next success, and
 //     logs at most one line per 10 s about it.
@@ -28,6 +29,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/connection.h"
 #include "runtime/event_loop.h"
@@ -92,9 +94,9 @@ class Listener {
   // True when a connection from address fits the limits (then counted).
   bool Admit(const asio::ip::address& address);
   void Release(Connection* connection, const asio::ip::address& address);
-  // Closes a connection beyond the limits: reset, so that neither side keeps
-  // a TIME_WAIT entry for it.
-  static void Drop(asio::ip::tcp::socket& socket);
+  // Tells a connection beyond the limits why (refusal: an encoded Refused
+  // frame; empty for none) without waiting for the peer, and closes it.
+  static void Drop(asio::ip::tcp::socket& socket, const std::vector<uint8_t>& refusal);
 
   EventLoop& loop_;
   asio::ip::tcp::acceptor& acceptor_;
@@ -103,6 +105,9 @@ class Listener {
   const TransportOptions transport_;
   const std::string token_;
   const ConnectionCallbacks callbacks_;
+  // Encoded Refused frames for a connection beyond max_total, max_per_address.
+  const std::vector<uint8_t> refused_total_frame_;
+  const std::vector<uint8_t> refused_address_frame_;
   bool stopped_ = false;
 
   AcceptBackoff backoff_;

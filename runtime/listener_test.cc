@@ -82,11 +82,17 @@ class IdlePeer {
   IdlePeer& operator=(const IdlePeer&) = delete;
 
   // True when the head greets this connection with its Hello (it was
-  // admitted), false when the head closes it instead.
+  // admitted), false when it refuses it (refusal() says why) or closes it.
   bool Greeted() {
     FrameDecoder decoder(size_t{1} << 20);
     for (;;) {
-      if (auto frame = decoder.Next()) return frame->Envelope().which() == proto::Envelope::HELLO;
+      if (auto frame = decoder.Next()) {
+        auto envelope = frame->Envelope();
+        if (envelope.which() == proto::Envelope::REFUSED) {
+          refusal_ = envelope.getRefused().getMessage().cStr();
+        }
+        return envelope.which() == proto::Envelope::HELLO;
+      }
       pollfd poll_fd{fd_, POLLIN, 0};
       if (poll(&poll_fd, 1, static_cast<int>(milliseconds(kPatience).count())) <= 0) {
         throw std::runtime_error("neither a hello nor a close from the head");
@@ -97,6 +103,8 @@ class IdlePeer {
       decoder.Append(buffer, static_cast<size_t>(n));
     }
   }
+
+  const std::string& refusal() const { return refusal_; }
 
   // Sends bytes (best effort: the head may have closed already).
   void Write(const std::vector<uint8_t>& bytes) {
@@ -115,6 +123,7 @@ class IdlePeer {
 
  private:
   int fd_ = -1;
+  std::string refusal_;
 };
 
 HeadClientOptions ClientOf(const Head& head, const std::string& name = "client") {
@@ -135,6 +144,9 @@ TEST(PreAuthLimitsTest, ConnectionBeyondThePerAddressCapIsClosedAtOnce) {
   ASSERT_TRUE(second.Greeted());
   IdlePeer third(head.port(), 2);
   EXPECT_FALSE(third.Greeted());
+  EXPECT_NE(third.refusal().find("from your address are authenticating (limit 2)"),
+            std::string::npos)
+      << third.refusal();
   // Another address has its own allowance.
   IdlePeer elsewhere(head.port(), 3);
   EXPECT_TRUE(elsewhere.Greeted());
@@ -151,8 +163,18 @@ TEST(PreAuthLimitsTest, ConnectionBeyondTheTotalCapIsClosedAtOnce) {
   }
   IdlePeer one_too_many(head.port(), 5);
   EXPECT_FALSE(one_too_many.Greeted());
-  // An authenticated client cannot get in either while the slots are taken...
-  EXPECT_THROW(HeadClient{ClientOf(head)}, std::runtime_error);
+  EXPECT_NE(one_too_many.refusal().find("too many connections are authenticating (limit 3)"),
+            std::string::npos)
+      << one_too_many.refusal();
+  // A client with the token cannot get in either while the slots are taken,
+  // and is told why...
+  try {
+    HeadClient refused(ClientOf(head));
+    ADD_FAILURE() << "a client got in beyond the cap";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("authenticating (limit 3)"), std::string::npos)
+        << e.what();
+  }
   // ...and can once an idle peer leaves (the head sees it close).
   admitted.pop_back();
   std::unique_ptr<HeadClient> client;
