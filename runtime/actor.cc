@@ -107,7 +107,9 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
     advertised = options_.listen_host;
   }
   endpoint_ = Endpoint{advertised, acceptor_.local_endpoint().port()};
-  loop_.Post([this] { Accept(); });
+  listener_ = std::make_unique<Listener>(loop_, acceptor_, options_.name, options_.pre_auth,
+                                         options_.transport, options_.token, IncomingCallbacks());
+  loop_.Post([this] { listener_->Start(); });
 }
 
 ActorSystem::~ActorSystem() {
@@ -118,6 +120,7 @@ ActorSystem::~ActorSystem() {
   RunAndWait(loop_, [this] {
     asio::error_code ignored;
     acceptor_.close(ignored);
+    listener_->Stop("actor system stopping");
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [raw, connection] : incoming_) connection->Close("actor system stopping");
     for (auto& [key, peer] : peers_) {
@@ -139,28 +142,21 @@ ActorSystem::~ActorSystem() {
   local_.clear();
 }
 
-void ActorSystem::Accept() {
-  AsyncAcceptCloseOnExec(acceptor_, [this](const asio::error_code& ec,
-                                           asio::ip::tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      ConnectionCallbacks callbacks;
-      callbacks.on_open = [this](const ConnectionPtr& connection) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        incoming_[connection.get()] = connection;
-      };
-      callbacks.on_message =
-          [this](const ConnectionPtr& connection, proto::Envelope::Reader envelope,
-                 const std::shared_ptr<IncomingFrame>&) { OnIncomingCall(connection, envelope); };
-      callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string&) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        incoming_.erase(connection.get());
-      };
-      Connection::Accept(loop_, std::move(socket), options_.transport, options_.token,
-                         std::move(callbacks));
-    }
-    if (acceptor_.is_open()) Accept();
-  });
+ConnectionCallbacks ActorSystem::IncomingCallbacks() {
+  ConnectionCallbacks callbacks;
+  callbacks.on_open = [this](const ConnectionPtr& connection) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming_[connection.get()] = connection;
+  };
+  callbacks.on_message = [this](const ConnectionPtr& connection, proto::Envelope::Reader envelope,
+                                const std::shared_ptr<IncomingFrame>&) {
+    OnIncomingCall(connection, envelope);
+  };
+  callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming_.erase(connection.get());
+  };
+  return callbacks;
 }
 
 std::shared_ptr<ActorSystem::LocalActor> ActorSystem::FindLocal(const std::string& name) {

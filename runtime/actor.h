@@ -31,6 +31,7 @@
 #include "runtime/connection.h"
 #include "runtime/event_loop.h"
 #include "runtime/kv_store.h"
+#include "runtime/listener.h"
 #include "runtime/membership.h"
 #include "runtime/options.h"
 
@@ -89,6 +90,8 @@ struct ActorSystemOptions {
   std::string advertise_host;
   size_t threads = 2;  // actor execution threads
   TransportOptions transport;
+  // Connections still in their handshake (idle floods); see listener.h.
+  PreAuthLimits pre_auth;
   // When set, Spawn registers actors with the head and Lookup resolves names
   // through it. Must outlive the system.
   HeadClient* head = nullptr;
@@ -131,7 +134,7 @@ class ActorSystem {
   void Deliver(const std::shared_ptr<LocalActor>& actor, std::string method, std::string payload,
                std::function<void(bool ok, const std::string& result)> reply);
   std::shared_ptr<Peer> PeerFor(const Endpoint& endpoint, std::string* error);
-  void Accept();
+  ConnectionCallbacks IncomingCallbacks();
   void OnIncomingCall(const ConnectionPtr& connection, proto::Envelope::Reader envelope);
   void ArmTimeout(const std::shared_ptr<AskState>& ask, std::chrono::milliseconds timeout,
                   std::function<void()> on_timeout);
@@ -141,6 +144,7 @@ class ActorSystem {
   asio::thread_pool pool_;
   asio::ip::tcp::acceptor acceptor_;
   Endpoint endpoint_;
+  std::unique_ptr<Listener> listener_;  // after loop_: used on the loop until it stops
 
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<LocalActor>> local_;

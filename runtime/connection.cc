@@ -12,7 +12,20 @@
 namespace elastic::runtime {
 namespace {
 
+// Reads of an open connection. Before authentication only handshake frames
+// (TransportOptions::max_handshake_frame_bytes) may come, so a connection that
+// has proven nothing gets a small buffer, allocated at its first read: an idle
+// flood of them costs little memory.
 constexpr size_t kReadChunkBytes = 256 * 1024;
+constexpr size_t kHandshakeReadChunkBytes = 4 * 1024;
+
+// Handshakes that fail on the accepting side (wrong token, idle past the
+// timeout, garbage) come in floods when someone probes or floods the port: a
+// bounded number of lines, the count in them.
+RateLimitedLog& FailedHandshakeLog() {
+  static RateLimitedLog log(LogLevel::kWarning, "transport", std::chrono::seconds(10));
+  return log;
+}
 constexpr size_t kMaxFramesPerWrite = 64;
 
 std::string DescribeEndpoint(const asio::ip::tcp::socket& socket) {
@@ -56,7 +69,6 @@ Connection::Connection(EventLoop& loop, asio::ip::tcp::socket socket, Role role,
       token_(std::move(token)),
       callbacks_(std::move(callbacks)),
       decoder_(options.max_handshake_frame_bytes),
-      read_buffer_(kReadChunkBytes),
       handshake_timer_(loop.context()),
       tick_timer_(loop.context()) {}
 
@@ -159,6 +171,9 @@ void Connection::Start() {
 }
 
 void Connection::ReadMore() {
+  // The previous read's bytes are in the decoder already; the buffer is free.
+  const size_t chunk = state_.load() == State::kOpen ? kReadChunkBytes : kHandshakeReadChunkBytes;
+  if (read_buffer_.size() != chunk) read_buffer_.resize(chunk);
   auto self = shared_from_this();
   socket_.async_read_some(
       asio::buffer(read_buffer_), [self](const asio::error_code& ec, size_t bytes) {
@@ -219,7 +234,8 @@ void Connection::OnFrame(const std::shared_ptr<IncomingFrame>& frame) {
 void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
   const auto which = envelope.which();
   auto refuse = [this](const std::string& why) {
-    ELASTIC_LOG(kWarning, "transport", "refusing " << peer_ << ": " << why);
+    // The close that follows is logged (rate-limited, with this reason).
+    ELASTIC_LOG(kDebug, "transport", "refusing " << peer_ << ": " << why);
     capnp::MallocMessageBuilder message;
     auto error = message.initRoot<proto::Envelope>().initRefused();
     error.setCode(proto::ErrorCode::UNAUTHENTICATED);
@@ -298,7 +314,7 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
 void Connection::BecomeOpen() {
   state_.store(State::kOpen);
   handshake_timer_.cancel();
-  decoder_.set_max_frame_bytes(options_.max_frame_bytes);
+  decoder_.set_max_frame_bytes(options_.max_frame_bytes);  // and ReadMore reads more at once
   last_received_ = std::chrono::steady_clock::now();
   auto self = shared_from_this();
   tick_timer_.expires_after(options_.heartbeat_interval);
@@ -467,7 +483,8 @@ std::string Connection::close_reason() const {
 }
 
 void Connection::CloseOnLoop(const std::string& reason) {
-  if (state_.exchange(State::kClosed) == State::kClosed) return;
+  const State was = state_.exchange(State::kClosed);
+  if (was == State::kClosed) return;
   {
     std::lock_guard<std::mutex> lock(send_mutex_);
     closed_ = true;
@@ -489,8 +506,21 @@ void Connection::CloseOnLoop(const std::string& reason) {
   // which decides what it means: one that retries (a node agent waiting for
   // its head to come back) must not log a warning per attempt.
   const bool dial_failed = role_ == Role::kConnector && !dial_settled_;
+  // A peer that never authenticated may be one of thousands (a flood, a port
+  // scan): one warning per interval, with the count; every one at debug level.
+  const bool failed_handshake = role_ == Role::kAcceptor && was == State::kHandshake;
+  uint64_t suppressed = 0;
   if (orderly || dial_failed) {
     ELASTIC_LOG(kDebug, "transport", "connection " << peer_ << " closed: " << reason);
+  } else if (failed_handshake) {
+    if (FailedHandshakeLog().Admit(&suppressed)) {
+      ELASTIC_LOG(kWarning, "transport",
+                  "connection " << peer_ << " closed before it authenticated: " << reason
+                                << SuppressedNote(suppressed, "closed before authenticating"));
+    } else {
+      ELASTIC_LOG(kDebug, "transport",
+                  "connection " << peer_ << " closed before it authenticated: " << reason);
+    }
   } else {
     ELASTIC_LOG(kWarning, "transport", "connection " << peer_ << " closed: " << reason);
   }

@@ -94,13 +94,16 @@ Head::Head(HeadOptions options)
   }
   port_ = acceptor_.local_endpoint().port();
   ELASTIC_LOG(kInfo, "head", "listening on " << options_.listen_host << ":" << port_);
-  loop_.Post([this] { Accept(); });
+  listener_ = std::make_unique<Listener>(loop_, acceptor_, "head", options_.pre_auth,
+                                         options_.transport, token_, SessionCallbacks());
+  loop_.Post([this] { listener_->Start(); });
 }
 
 Head::~Head() {
   RunOnLoop([this] {
     asio::error_code ignored;
     acceptor_.close(ignored);
+    listener_->Stop("head shutting down");
     for (auto& [raw, session] : sessions_) session->connection->Close("head shutting down");
     return 0;
   });
@@ -109,30 +112,21 @@ Head::~Head() {
   sessions_.clear();
 }
 
-void Head::Accept() {
-  AsyncAcceptCloseOnExec(acceptor_, [this](const asio::error_code& ec,
-                                           asio::ip::tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (ec) {
-      ELASTIC_LOG(kWarning, "head", "accept failed: " << ec.message());
-    } else {
-      ConnectionCallbacks callbacks;
-      callbacks.on_open = [this](const ConnectionPtr& connection) { OnOpen(connection); };
-      callbacks.on_message =
-          [this](const ConnectionPtr& connection, proto::Envelope::Reader envelope,
-                 const std::shared_ptr<IncomingFrame>&) { OnMessage(connection, envelope); };
-      callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string& reason) {
-        OnClosed(connection, reason);
-      };
-      callbacks.on_heartbeats_missed = [this](const ConnectionPtr& connection, uint64_t missed) {
-        auto it = sessions_.find(connection.get());
-        if (it != sessions_.end() && it->second->member_id != 0) heartbeats_missed_ += missed;
-      };
-      Connection::Accept(loop_, std::move(socket), options_.transport, token_,
-                         std::move(callbacks));
-    }
-    if (acceptor_.is_open()) Accept();
-  });
+ConnectionCallbacks Head::SessionCallbacks() {
+  ConnectionCallbacks callbacks;
+  callbacks.on_open = [this](const ConnectionPtr& connection) { OnOpen(connection); };
+  callbacks.on_message = [this](const ConnectionPtr& connection, proto::Envelope::Reader envelope,
+                                const std::shared_ptr<IncomingFrame>&) {
+    OnMessage(connection, envelope);
+  };
+  callbacks.on_closed = [this](const ConnectionPtr& connection, const std::string& reason) {
+    OnClosed(connection, reason);
+  };
+  callbacks.on_heartbeats_missed = [this](const ConnectionPtr& connection, uint64_t missed) {
+    auto it = sessions_.find(connection.get());
+    if (it != sessions_.end() && it->second->member_id != 0) heartbeats_missed_ += missed;
+  };
+  return callbacks;
 }
 
 void Head::OnOpen(const ConnectionPtr& connection) {

@@ -30,6 +30,7 @@
 #include "runtime/connection.h"
 #include "runtime/event_loop.h"
 #include "runtime/kv_table.h"
+#include "runtime/listener.h"
 #include "runtime/membership.h"
 #include "runtime/options.h"
 
@@ -43,6 +44,8 @@ struct HeadOptions {
   std::string token;
   std::string token_file;
   TransportOptions transport;
+  // Connections still in their handshake (idle floods); see listener.h.
+  PreAuthLimits pre_auth;
   // true: every join publishes a new view with the newcomer appended. false:
   // newcomers wait in `pending` until someone publishes a view with them.
   bool admit_joins = true;
@@ -102,7 +105,7 @@ class Head {
   struct Session;
   struct Member;
 
-  void Accept();
+  ConnectionCallbacks SessionCallbacks();
   void OnOpen(const ConnectionPtr& connection);
   void OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader envelope);
   void OnClosed(const ConnectionPtr& connection, const std::string& reason);
@@ -139,6 +142,7 @@ class Head {
   EventLoop loop_;
   asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
+  std::unique_ptr<Listener> listener_;  // after loop_: used on the loop until it stops
 
   // Loop thread only from here on.
   std::unordered_map<Connection*, std::unique_ptr<Session>> sessions_;

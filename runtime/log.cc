@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace elastic::runtime {
 namespace {
@@ -51,6 +52,51 @@ void LogLine(LogLevel level, const std::string& component, const std::string& me
   // One fprintf per line: stdio locks the stream, so lines of threads do not interleave.
   std::fprintf(stderr, "%s %lld.%03lld %d %s] %s\n", LevelName(level), millis / 1000, millis % 1000,
                static_cast<int>(getpid()), component.c_str(), message.c_str());
+}
+
+RateLimitedLog::RateLimitedLog(LogLevel level, std::string component,
+                               std::chrono::steady_clock::duration interval)
+    : level_(level), component_(std::move(component)), interval_(interval) {}
+
+bool RateLimitedLog::Admit(uint64_t* suppressed) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++events_;
+  if (level_ < MinLogLevel()) return false;
+  if (logged_any_ && now - last_line_ < interval_) {
+    ++suppressed_;
+    return false;
+  }
+  logged_any_ = true;
+  last_line_ = now;
+  *suppressed = suppressed_;
+  suppressed_ = 0;
+  return true;
+}
+
+void RateLimitedLog::Log(const std::string& message) {
+  uint64_t suppressed = 0;
+  if (!Admit(&suppressed)) return;
+  if (suppressed == 0) {
+    LogLine(level_, component_, message);
+    return;
+  }
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(interval_).count();
+  const std::string interval =
+      millis % 1000 == 0 ? std::to_string(millis / 1000) + " s" : std::to_string(millis) + " ms";
+  LogLine(level_, component_,
+          message + " (and " + std::to_string(suppressed) +
+              " more like it not logged: at most one such line per " + interval + ")");
+}
+
+std::string SuppressedNote(uint64_t suppressed, const std::string& what) {
+  if (suppressed == 0) return "";
+  return "; " + std::to_string(suppressed) + " more " + what + " since the last such line";
+}
+
+uint64_t RateLimitedLog::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
 }
 
 }  // namespace elastic::runtime

@@ -12,8 +12,9 @@ namespace elastic::runtime {
 struct TransportOptions {
   // --max-frame-bytes: the largest frame accepted after authentication.
   size_t max_frame_bytes = size_t{256} << 20;
-  // Before authentication only small frames are accepted (hello, proofs).
-  size_t max_handshake_frame_bytes = size_t{64} << 10;
+  // Before authentication only small frames are accepted (hello, proofs: a
+  // few hundred bytes with the peer's name).
+  size_t max_handshake_frame_bytes = size_t{4} << 10;
   // --send-queue-bytes: bytes queued for a peer before Send blocks
   // (backpressure). One frame larger than this is still sent when the queue is
   // empty.
