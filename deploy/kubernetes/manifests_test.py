@@ -93,7 +93,8 @@ class Manifests(unittest.TestCase):
         exposed = re.search(r"^EXPOSE\s+(.+)$", dockerfile(), re.M)
         self.assertIsNotNone(exposed, "no EXPOSE in deploy/container/Dockerfile")
         exposed = sorted(int(p) for p in exposed.group(1).split())
-        container_ports = {p["name"]: p["containerPort"] for p in self.controller_container["ports"]}
+        ports = self.controller_container["ports"]
+        container_ports = {p["name"]: p["containerPort"] for p in ports}
         self.assertEqual(sorted(container_ports.values()), exposed)
         self.assertEqual(container_ports["head"], int(self.controller_flags["port"]))
         self.assertEqual(container_ports["metrics"], int(self.controller_flags["metrics-port"]))

@@ -25,7 +25,8 @@ function modelModule(apiVersion, kind) {
 }
 
 function typesModule(apiVersion) {
-  return apiVersion.includes("/") ? `kubernetes-types/${apiVersion}` : `kubernetes-types/core/${apiVersion}`;
+  const where = apiVersion.includes("/") ? apiVersion : `core/${apiVersion}`;
+  return `kubernetes-types/${where}`;
 }
 
 // Schema check; returns error lines (empty when valid).
@@ -55,6 +56,7 @@ function typeErrors(objects) {
     fs.writeFileSync(file, text);
     return file;
   });
+  const typesDir = path.dirname(require.resolve("kubernetes-types/package.json"));
   const program = ts.createProgram(files, {
     strict: true,
     noEmit: true,
@@ -62,7 +64,7 @@ function typeErrors(objects) {
     baseUrl: dir,
     typeRoots: [],
     moduleResolution: ts.ModuleResolutionKind.Node10,
-    paths: { "kubernetes-types/*": [path.join(require.resolve("kubernetes-types/package.json"), "..", "*")] },
+    paths: { "kubernetes-types/*": [path.join(typesDir, "*")] },
   });
   const errors = objects.map(() => []);
   for (const d of ts.getPreEmitDiagnostics(program)) {
@@ -80,7 +82,9 @@ function typeErrors(objects) {
     errors[index].push(`${message} (at: ${near})`);
   }
   const checker = program.getTypeChecker();
-  files.forEach((file, i) => errors[i].push(...unknownFields(checker, program.getSourceFile(file))));
+  files.forEach((file, i) => {
+    errors[i].push(...unknownFields(checker, program.getSourceFile(file)));
+  });
   fs.rmSync(dir, { recursive: true, force: true });
   return errors;
 }

@@ -28,17 +28,19 @@ die() { echo "validate.sh: error: $*" >&2; exit 1; }
 
 command -v node >/dev/null || die "node is missing (apt-get install nodejs npm)"
 command -v npm >/dev/null || die "npm is missing (apt-get install nodejs npm)"
-python3 -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is missing (apt-get install python3-yaml)"
+python3 -c "import yaml" 2>/dev/null || die "PyYAML is missing (apt-get install python3-yaml)"
 
 stamp="$cache/installed"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]; then
   echo "validate.sh: installing ${packages[*]} into $cache"
   mkdir -p "$cache"
-  [ -f "$cache/package.json" ] || echo '{"name": "elastic-k8s-validate", "private": true}' > "$cache/package.json"
+  [ -f "$cache/package.json" ] \
+    || echo '{"name": "elastic-k8s-validate", "private": true}' > "$cache/package.json"
   # Fail in minutes, not after npm's default retries, and say why.
   npm install --prefix "$cache" --no-audit --no-fund --loglevel=error \
     --fetch-retries=1 --fetch-timeout=60000 "${packages[@]}" >&2 \
-    || die "npm install failed (is the npm registry reachable? where TLS is intercepted, NODE_EXTRA_CA_CERTS must name the CA bundle)"
+    || die "npm install failed (is the npm registry reachable? where TLS is" \
+      "intercepted, NODE_EXTRA_CA_CERTS must name the CA bundle)"
   echo "${packages[*]}" > "$stamp"
 fi
 
@@ -74,11 +76,13 @@ if command -v kubectl >/dev/null; then
     printf 'resources: [%s]\ncomponents: [%s]\n' \
       "$(realpath -s --relative-to="$overlay" "$here")" \
       "$(realpath -s --relative-to="$overlay" "$component")" > "$overlay/kustomization.yaml"
-    "${kustomize[@]}" "$overlay" > "$work/$name.yaml" || die "kubectl kustomize with components/$name failed"
+    "${kustomize[@]}" "$overlay" > "$work/$name.yaml" \
+      || die "kubectl kustomize with components/$name failed"
     inputs+=("kustomize+$name=$work/$name.yaml")
   done
 else
-  echo "validate.sh: kubectl not installed: kustomization.yaml and components/* not rendered, not validated"
+  echo "validate.sh: kubectl not installed: kustomization.yaml and components/*" \
+    "not rendered, not validated"
 fi
 
 to_json "${inputs[@]}" > "$work/objects.json"
