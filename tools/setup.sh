@@ -15,6 +15,8 @@ PACKAGES=(
   dataset-fashion-mnist prometheus python3-torch
   # JSON parser for tests (Prometheus API replies, the Grafana dashboard)
   nlohmann-json3-dev
+  # YAML for //deploy/kubernetes:manifests_test
+  python3-yaml
 )
 
 say() { echo "[setup] $*"; }
