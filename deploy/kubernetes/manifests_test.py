@@ -14,10 +14,6 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-# deploy/container's BUILD.bazel does not export the Dockerfile to this
-# package, so under Bazel it is not in the runfiles: read it from the source
-# tree this file's runfiles link points into.
-SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 COMPONENTS = ("cpu-only", "eks-spot", "gke-spot")
 
 
@@ -45,12 +41,8 @@ def flags(container):
 
 
 def dockerfile():
-    for root in (ROOT, SOURCE_ROOT):
-        path = os.path.join(root, "deploy/container/Dockerfile")
-        if os.path.exists(path):
-            with open(path) as f:
-                return f.read()
-    raise AssertionError(f"deploy/container/Dockerfile is in neither {ROOT} nor {SOURCE_ROOT}")
+    with open(os.path.join(ROOT, "deploy/container/Dockerfile")) as f:
+        return f.read()
 
 
 def mount_of(container, volume):
