@@ -229,6 +229,26 @@ TEST(ElasticTest, ABadDataDirIsOneErrorBeforeAnyWorkerStarts) {
   EXPECT_EQ(output.find("[worker"), std::string::npos) << "no worker started\n" << output;
 }
 
+// A new job (no --resume) in a --checkpoint-dir that holds an earlier run's
+// checkpoint would replace it with a fresh model's: one error, no worker
+// started, the checkpoint untouched.
+TEST(ElasticTest, ANewJobDoesNotReplaceAnEarlierCheckpoint) {
+  const std::string dir = FreshTempDir("keep");
+  ::mkdir((dir + "/checkpoint").c_str(), 0755);
+  const std::string checkpoint = dir + "/checkpoint/checkpoint.ckpt";
+  std::FILE* file = std::fopen(checkpoint.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs("an earlier run's state", file);
+  std::fclose(file);
+  Process driver(JobArgs(dir, 2, 1), dir + "/driver.log");
+  EXPECT_EQ(driver.Wait(std::chrono::seconds(120)), 1) << driver.Output();
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find(checkpoint + " holds the checkpoint of an earlier run"), std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("[worker"), std::string::npos) << "no worker started\n" << output;
+  EXPECT_EQ(ReadFile(checkpoint), "an earlier run's state");
+}
+
 TEST(ElasticTest, KillNonZeroRankMidEpoch) { KillMidEpoch(1); }
 TEST(ElasticTest, KillRankZeroMidEpoch) { KillMidEpoch(0); }
 

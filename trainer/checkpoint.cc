@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -116,6 +117,19 @@ std::string ReadCheckpointFile(const std::string& path) {
   if (Sha256(payload) != digest)
     throw CheckpointError("checkpoint " + path + ": checksum mismatch (the file is corrupt)");
   return payload;
+}
+
+void CheckNoCheckpointToReplace(const std::string& dir, bool resume) {
+  if (dir.empty() || resume) return;
+  const std::string path = CheckpointPath(dir);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return;
+  throw CheckpointError(
+      path +
+      " holds the checkpoint of an earlier run, which this new run would replace with a "
+      "freshly initialised model's: continue that run with --resume, or start a new one with "
+      "another --checkpoint-dir (or move " +
+      path + " away first)");
 }
 
 }  // namespace elastic::trainer

@@ -28,4 +28,10 @@ std::string ReadCheckpointFile(const std::string& path);
 // The checkpoint a run writes to and resumes from: <dir>/checkpoint.ckpt.
 std::string CheckpointPath(const std::string& dir);
 
+// A new run (not --resume) would replace the checkpoint in `dir` with its
+// own, which starts from a fresh model: throws CheckpointError saying so and
+// how to go on (--resume, or another --checkpoint-dir) when `dir` holds one.
+// Nothing to check for an empty `dir` (no checkpoints) or with `resume`.
+void CheckNoCheckpointToReplace(const std::string& dir, bool resume);
+
 }  // namespace elastic::trainer

@@ -12,6 +12,7 @@
 #include "collectives/mpi_communicator.h"
 #include "models/registry.h"
 #include "trainer/allocator.h"
+#include "trainer/checkpoint.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
@@ -76,6 +77,7 @@ int RunMpiRank(TrainOptions options) {
     world = factory.Create(elastic::collectives::MpiCommunicatorFactory::WorldMembership());
     if (options.threads == 0) options.threads = elastic::trainer::MpiThreadsPerRank();
     if (world->rank() == 0) {
+      elastic::trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
       std::printf("mpirun: %d ranks, %lld images per rank and step, lr %g x %d\n", world->size(),
                   static_cast<long long>(options.batch_size), options.lr, world->size());
     }
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    elastic::trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
     auto trainer = elastic::trainer::Trainer::FromOptions(options, stdout);
     PrintDone(trainer->Run(), trainer->class_names());
   } catch (const std::exception& e) {

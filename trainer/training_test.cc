@@ -223,6 +223,17 @@ TEST(CifarBinaryTest, TrainsAndResumesFromTheCommandLine) {
   EXPECT_NE(second.output.find("done: 1 epochs, 8 steps"), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("test accuracy by class: T-shirt/top"), std::string::npos)
       << second.output;
+
+  // The same command without --resume would start from a fresh model and
+  // replace the checkpoint: refused, the checkpoint untouched.
+  const std::string path = dir + "/checkpoint.ckpt";
+  const std::string before = ReadCheckpointFile(path);
+  Command again = RunCifar(common);
+  EXPECT_EQ(again.status, 1) << again.output;
+  EXPECT_NE(again.output.find("continue that run with --resume"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(again.output.find("epoch 1/2"), std::string::npos) << again.output;
+  EXPECT_EQ(ReadCheckpointFile(path), before);
 }
 
 }  // namespace

@@ -733,6 +733,9 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
 
   const std::optional<JournalRecord> taken_over = JobToTakeOver(elastic, args);
   const std::string job_id = taken_over ? taken_over->job_id : NewJobId();
+  // A job taken over writes where it did; a new one must not replace an
+  // earlier run's checkpoint with a fresh model's.
+  if (!taken_over) CheckNoCheckpointToReplace(train.checkpoint_dir, train.resume);
 
   runtime::HeadOptions head_options;
   if (taken_over) {
