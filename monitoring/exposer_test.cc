@@ -343,8 +343,10 @@ TEST(MetricsExposerTest, SlowClientsHoldNeitherAScrapeNorTheDestructor) {
   slow.AwaitBytesSent(2);
 
   const testing::HttpResponse response = HttpGet(exposer->url(), kScrapeTimeoutSeconds);
-  ASSERT_EQ(response.status, 200) << "a scrape behind slow clients: " << response.error;
-  EXPECT_EQ(ParseExposition(response.body).Value("elastic_world_size"), 3.0);
+  EXPECT_EQ(response.status, 200) << "a scrape behind slow clients: " << response.error;
+  if (response.status == 200) {
+    EXPECT_EQ(ParseExposition(response.body).Value("elastic_world_size"), 3.0);
+  }
   for (int i = 0; i < slow.connected(); ++i) {
     EXPECT_FALSE(slow.ServerClosed(i, std::chrono::milliseconds(0))) << "slow client " << i;
   }
