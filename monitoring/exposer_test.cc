@@ -1,10 +1,20 @@
 // The endpoint as Prometheus sees it: real HTTP on an OS-chosen port, the
 // exposition text parsed back, counters checked across scrapes.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "monitoring/metrics_exposer.h"
 #include "monitoring/testing/exposition.h"
@@ -51,6 +61,97 @@ std::map<std::string, double> MonotonicSeries(const Exposition& e) {
   }
   return series;
 }
+
+// Clients that never finish their request: each connects over real TCP, then
+// sends one byte of an endless header every second, as a slowloris attack does.
+class SlowClients {
+ public:
+  // Connects `count` clients one after another, in that order; stops at the
+  // first that cannot connect within 5 s (see connected()).
+  SlowClients(int port, int count) {
+    for (int i = 0; i < count; ++i) {
+      const int fd = Connect(port);
+      if (fd < 0) break;
+      fds_.push_back(fd);
+    }
+    sender_ = std::thread([this] { Dribble(); });
+  }
+  ~SlowClients() { Stop(); }
+
+  int connected() const { return static_cast<int>(fds_.size()); }
+
+  // Returns once every client has sent `bytes` bytes.
+  void AwaitBytesSent(int bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return rounds_ >= bytes; });
+  }
+
+  // Whether the server closed client `i` (end of stream or reset), waiting at
+  // most `within` for it; what the server sent before closing goes to `received`.
+  bool ServerClosed(int i, std::chrono::milliseconds within, std::string* received = nullptr) {
+    const auto give_up = std::chrono::steady_clock::now() + within;
+    for (;;) {
+      char buffer[1024];
+      const ssize_t n = ::recv(fds_[i], buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n > 0 && received != nullptr) received->append(buffer, static_cast<std::size_t>(n));
+      if (n > 0) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          give_up - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd readable{fds_[i], POLLIN, 0};
+      ::poll(&readable, 1, static_cast<int>(left.count()));
+    }
+  }
+
+  // Stops sending and closes every client.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    if (sender_.joinable()) sender_.join();
+    for (int fd : fds_) ::close(fd);
+    fds_.clear();
+  }
+
+ private:
+  static int Connect(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    const timeval timeout{5, 0};  // a connect to a full accept queue would retry for minutes
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  void Dribble() {
+    const std::string start = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (std::size_t sent = 0; !stop_; ++sent) {
+      const char byte = sent < start.size() ? start[sent] : 'a';  // the header never ends
+      for (int fd : fds_) ::send(fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // closed: ignored
+      ++rounds_;
+      changed_.notify_all();
+      changed_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
+    }
+  }
+
+  std::vector<int> fds_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool stop_ = false;
+  int rounds_ = 0;
+  std::thread sender_;
+};
 
 // One step of a pretend-but-plausible training loop, driven through the API
 // the trainer calls.
@@ -220,6 +321,109 @@ TEST(MetricsExposerTest, AwaitNextScrapeWaitsOnlyForAScraperThatIsThere) {
 
   // The scraper is gone: the wait ends after twice its interval, with false.
   EXPECT_FALSE(exposer.AwaitNextScrape(std::chrono::seconds(60)));
+}
+
+// Generous bounds for "it did not hang", not for speed.
+constexpr double kScrapeTimeoutSeconds = 5;
+constexpr auto kCloseWithin = std::chrono::seconds(5);
+
+// One thread serves every connection, so a slow client must hold only its own:
+// with 50 of them connected and dribbling, a scrape is answered, and the
+// destructor returns without waiting for them.
+TEST(MetricsExposerTest, SlowClientsHoldNeitherAScrapeNorTheDestructor) {
+  TrainingMetrics metrics;
+  metrics.SetWorldSize(3);
+  ExposerLimits patient;
+  patient.request_timeout = std::chrono::minutes(10);  // the slow clients stay connected
+  auto exposer = std::make_unique<MetricsExposer>(AnyFreePort(), patient);
+  exposer->Serve(metrics.registry());
+
+  SlowClients slow(exposer->port(), 50);
+  EXPECT_EQ(slow.connected(), 50) << "the endpoint did not take the connections";
+  slow.AwaitBytesSent(2);
+
+  const testing::HttpResponse response = HttpGet(exposer->url(), kScrapeTimeoutSeconds);
+  EXPECT_EQ(response.status, 200) << "a scrape behind slow clients: " << response.error;
+  if (response.status == 200) {
+    EXPECT_EQ(ParseExposition(response.body).Value("elastic_world_size"), 3.0);
+  }
+  for (int i = 0; i < slow.connected(); ++i) {
+    EXPECT_FALSE(slow.ServerClosed(i, std::chrono::milliseconds(0))) << "slow client " << i;
+  }
+  EXPECT_EQ(exposer->connections_shed(), 0u);
+  EXPECT_EQ(exposer->connections_timed_out(), 0u);
+
+  auto destroyed = std::async(std::launch::async, [&] { exposer.reset(); });
+  const bool returned = destroyed.wait_for(kCloseWithin) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "the destructor waited for the slow clients";
+  if (returned) {
+    for (int i = 0; i < slow.connected(); ++i) {
+      EXPECT_TRUE(slow.ServerClosed(i, kCloseWithin)) << "slow client " << i << " left open";
+    }
+  }
+  slow.Stop();  // on failure, lets the serving thread go so the test ends
+  destroyed.wait();
+}
+
+// The whole request must arrive within the request timeout counted from
+// accept, however steadily it trickles in.
+TEST(MetricsExposerTest, ARequestTricklingInIsCutOffAtItsDeadline) {
+  TrainingMetrics metrics;
+  metrics.SetWorldSize(2);
+  MetricsExposer exposer(AnyFreePort());  // the default limits
+  exposer.Serve(metrics.registry());
+
+  SlowClients slow(exposer.port(), 1);
+  ASSERT_EQ(slow.connected(), 1);
+  std::string received;
+  // Far beyond the 2 s request timeout, but a byte a second never trips a
+  // timeout per receive.
+  EXPECT_TRUE(slow.ServerClosed(0, std::chrono::seconds(30), &received))
+      << "a request trickling in held its connection";
+  EXPECT_NE(received.find("408"), std::string::npos) << received;
+  EXPECT_EQ(exposer.connections_timed_out(), 1u);
+
+  const testing::HttpResponse response = HttpGet(exposer.url(), kScrapeTimeoutSeconds);
+  ASSERT_EQ(response.status, 200) << response.error;
+  EXPECT_EQ(ParseExposition(response.body).Value("elastic_world_size"), 2.0);
+}
+
+// At most max_connections are open. Beyond that the connection that has waited
+// longest for its request is closed, so stalled clients cannot lock a scrape
+// out by holding every slot.
+TEST(MetricsExposerTest, BeyondTheConnectionLimitTheOldestStalledClientsAreClosed) {
+  TrainingMetrics metrics;
+  metrics.SetWorldSize(5);
+  ExposerLimits limits;
+  limits.max_connections = 8;
+  limits.request_timeout = std::chrono::minutes(10);  // only the limit closes them
+  MetricsExposer exposer(AnyFreePort(), limits);
+  exposer.Serve(metrics.registry());
+
+  SlowClients slow(exposer.port(), 12);
+  ASSERT_EQ(slow.connected(), 12);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(slow.ServerClosed(i, kCloseWithin)) << "client " << i << " beyond the limit";
+  }
+
+  const testing::HttpResponse response = HttpGet(exposer.url(), kScrapeTimeoutSeconds);
+  ASSERT_EQ(response.status, 200) << "a scrape at the connection limit: " << response.error;
+  EXPECT_EQ(ParseExposition(response.body).Value("elastic_world_size"), 5.0);
+  EXPECT_TRUE(slow.ServerClosed(4, kCloseWithin)) << "no room was made for the scrape";
+  for (int i = 5; i < 12; ++i) {
+    EXPECT_FALSE(slow.ServerClosed(i, std::chrono::milliseconds(0))) << "client " << i;
+  }
+  EXPECT_EQ(exposer.connections_shed(), 5u);
+  EXPECT_EQ(exposer.connections_timed_out(), 0u);
+}
+
+TEST(MetricsExposerTest, ImpossibleLimitsAreAClearError) {
+  ExposerLimits none;
+  none.max_connections = 0;
+  EXPECT_THROW(MetricsExposer(AnyFreePort(), none), MetricsError);
+  ExposerLimits instant;
+  instant.request_timeout = std::chrono::milliseconds(0);
+  EXPECT_THROW(MetricsExposer(AnyFreePort(), instant), MetricsError);
 }
 
 }  // namespace
