@@ -645,7 +645,7 @@ std::vector<std::string> TrainingFlags(const std::vector<std::string>& args) {
 // The unfinished job in --state-dir, which this driver takes over; nullopt
 // for a new job. A journal that cannot be read stops the driver: starting a
 // new job over it would silently abandon the old one.
-std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic,
+std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic, bool resume,
                                            const std::vector<std::string>& args) {
   if (elastic.state_dir.empty()) return std::nullopt;
   std::optional<JournalRecord> journal;
@@ -658,8 +658,10 @@ std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic,
   }
   if (!journal) return std::nullopt;
   if (journal->finished) {
-    Say("driver: the job in --state-dir " + elastic.state_dir + " finished (exit " +
-        std::to_string(journal->exit_code) + "); starting a new job there");
+    const std::string refusal = RefusalToReuse(elastic.state_dir, *journal, resume);
+    if (!refusal.empty()) throw std::runtime_error(refusal);
+    Say("driver: the job in --state-dir " + elastic.state_dir + " ended (exit " +
+        std::to_string(journal->exit_code) + "); --resume starts a new job there");
     return std::nullopt;
   }
   Say("driver: taking over job " + journal->job_id + " from " + JournalPath(elastic.state_dir) +
@@ -731,7 +733,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 
-  const std::optional<JournalRecord> taken_over = JobToTakeOver(elastic, args);
+  const std::optional<JournalRecord> taken_over = JobToTakeOver(elastic, train.resume, args);
   const std::string job_id = taken_over ? taken_over->job_id : NewJobId();
   // A job taken over writes where it did; a new one must not replace an
   // earlier run's checkpoint with a fresh model's.

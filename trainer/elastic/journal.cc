@@ -278,6 +278,16 @@ std::optional<JournalRecord> ReadJournal(const std::string& dir) {
   return Decode(path, payload);
 }
 
+std::string RefusalToReuse(const std::string& dir, const JournalRecord& finished, bool resume) {
+  if (resume) return "";
+  const std::string how = finished.exit_code == 0 ? "finished" : "stopped";
+  return "the job in --state-dir " + dir + " (" + finished.job_id + ") " + how + " with exit " +
+         std::to_string(finished.exit_code) +
+         "; a new job here would start from a fresh model: continue it with --resume (from "
+         "its checkpoint), or start a new job with another --state-dir (or remove " +
+         JournalPath(dir) + ")";
+}
+
 std::string NewJobId() {
   std::random_device random;
   const uint64_t value = (static_cast<uint64_t>(random()) << 32) ^ random();

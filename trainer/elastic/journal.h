@@ -50,6 +50,13 @@ std::optional<JournalRecord> ReadJournal(const std::string& dir);
 // <dir>/journal
 std::string JournalPath(const std::string& dir);
 
+// Why a driver started in `dir`, whose journal says the job is over, must
+// not begin a new job there: that job would start from a fresh model, and a
+// restarted controller (a Kubernetes Deployment, a systemd unit) would train
+// from scratch without anyone asking. Empty when `resume` is set: a stopped
+// job continues from its checkpoint in a new job, as --resume says.
+std::string RefusalToReuse(const std::string& dir, const JournalRecord& finished, bool resume);
+
 // A new job's id: 16 random hex characters.
 std::string NewJobId();
 

@@ -306,6 +306,23 @@ TEST_F(JournalTest, UnwritableDirectoryThrowsNamingThePathAndKeepsTheOldJournal)
   EXPECT_EQ(Files(dir_), std::set<std::string>{"journal"});
 }
 
+TEST(RefusalToReuseTest, AFinishedOrStoppedJobIsNotReplacedByAFreshOne) {
+  JournalRecord done;
+  done.job_id = "0123456789abcdef";
+  done.finished = true;
+  const std::string refusal = RefusalToReuse("/s", done, /*resume=*/false);
+  EXPECT_NE(refusal.find("the job in --state-dir /s (0123456789abcdef) finished with exit 0"),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("--resume"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("another --state-dir"), std::string::npos) << refusal;
+  JournalRecord stopped = done;
+  stopped.exit_code = 3;
+  EXPECT_NE(RefusalToReuse("/s", stopped, false).find("stopped with exit 3"), std::string::npos);
+  EXPECT_EQ(RefusalToReuse("/s", done, /*resume=*/true), "");
+  EXPECT_EQ(RefusalToReuse("/s", stopped, /*resume=*/true), "");
+}
+
 TEST(NewJobIdTest, IsSixteenRandomHexCharacters) {
   const std::string a = NewJobId();
   const std::string b = NewJobId();
