@@ -16,7 +16,7 @@
 
 namespace elastic::runtime {
 
-std::string HmacSha256(const std::string& key, const std::string& message) {
+std::string HmacSha256(const std::string& key, std::string_view message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_size = 0;
   if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),

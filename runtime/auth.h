@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace elastic::runtime {
 
@@ -16,7 +17,7 @@ constexpr const char* kTokenEnvironmentVariable = "ELASTIC_RUNTIME_TOKEN";
 constexpr size_t kNonceBytes = 32;
 
 // HMAC-SHA256(key, message), 32 raw bytes.
-std::string HmacSha256(const std::string& key, const std::string& message);
+std::string HmacSha256(const std::string& key, std::string_view message);
 
 // kNonceBytes from the OS's cryptographic generator.
 std::string RandomNonce();
