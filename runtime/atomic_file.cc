@@ -37,12 +37,13 @@ class TempFile {
     if (fd_ < 0) Fail("cannot create a temporary file for " + target_, errno);
     path_ = name.data();
     // mkostemp makes 0600; a report is for everyone who can read its directory.
-    if (::fchmod(fd_, mode) != 0) Fail("cannot chmod " + path_, errno);
+    if (::fchmod(fd_, mode) != 0) {
+      const int error = errno;
+      Discard();  // the destructor does not run for a constructor that throws
+      Fail("cannot chmod " + path_, error);
+    }
   }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!published_) ::unlink(path_.c_str());
-  }
+  ~TempFile() { Discard(); }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 
@@ -66,13 +67,21 @@ class TempFile {
     if (::close(fd) != 0) Fail("cannot close " + path_ + " (the new " + target_ + ")", errno);
   }
 
-  void Published() { published_ = true; }
+  // The temporary name is gone (renamed to the target): nothing to remove.
+  void Published() { owns_name_ = false; }
 
  private:
+  void Discard() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (owns_name_) ::unlink(path_.c_str());
+    owns_name_ = false;
+  }
+
   std::string target_;
   std::string path_;
   int fd_ = -1;
-  bool published_ = false;
+  bool owns_name_ = true;
 };
 
 // A rename or link is durable only once the directory entry is.
