@@ -7,7 +7,6 @@
 // graceful leaves are applied when rank 0 reports that the job stopped at a
 // commit point the driver asked for (docs/elastic.md, "Control at commit points").
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -753,9 +752,10 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   head_options.admit_joins = false;
   head_options.transport = TransportFor(elastic);
   if (!elastic.token_file.empty()) {
-    struct stat info;
-    if (::stat(elastic.token_file.c_str(), &info) != 0) {
-      runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken());
+    // Creates the file only where none exists (atomically: a second driver
+    // racing this one uses the token that won); the head then reads and
+    // checks whichever file is there.
+    if (runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken())) {
       Say("driver: wrote a new cluster token to " + elastic.token_file + " (mode 0600)");
     }
     head_options.token_file = elastic.token_file;
