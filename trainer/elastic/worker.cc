@@ -589,9 +589,16 @@ void Worker::Sync(Communicator& comm, int rank, int root) {
   std::string bytes = rank == root ? commit_.Seal(env_.token) : std::string();
   int64_t size = static_cast<int64_t>(bytes.size());
   comm.Broadcast(&size, 1, DataType::kInt64, root);
-  // A size no commit can have is a corrupt peer, not a reason to allocate it.
-  if (size < 0 || size > (int64_t{1} << 40))
-    throw FatalError("state size from the root is " + std::to_string(size));
+  // A size no commit of this model can have is a corrupt or hostile root, not
+  // a reason to allocate it. (The root checks its own too: it then fails
+  // with the others instead of waiting for them in the next broadcast.)
+  const uint64_t limit = learner_->StateSizeLimit();
+  if (size < 0 || static_cast<uint64_t>(size) > limit) {
+    throw FatalError("rank " + std::to_string(root) + " announced a state of " +
+                     std::to_string(size) + " bytes in generation " + std::to_string(generation_) +
+                     "; a state of model " + train_.model + " is at most " + std::to_string(limit) +
+                     " bytes (4 x this rank's own + 64 MiB): not allocating it");
+  }
   const size_t words = (static_cast<size_t>(size) + 7) / 8;
   std::vector<int64_t> buffer(words, 0);
   if (rank == root) std::memcpy(buffer.data(), bytes.data(), bytes.size());
@@ -965,6 +972,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   collectives::GlooOptions gloo;
   gloo.hostname = collectives_host_;
   gloo.tag = "train";
+  // Every pair proves it holds the cluster token before the first collective.
+  gloo.token = env_.token;
   // Below the step timeout: a rank waiting for a hung peer leaves the
   // collective (and reports the fault) before the hung one's watchdog fires.
   gloo.default_timeout = std::min<std::chrono::milliseconds>(
