@@ -195,7 +195,7 @@ class SlurmTest : public ::testing::Test {
   static size_t WaitForEpochWithWorld(const std::string& log, int world, size_t after = 0) {
     const std::string summary = " world " + std::to_string(world) + " |";
     const std::string text = WaitForInFile(
-        log, "epoch \\d+/\\d+" + summary, std::chrono::seconds(300),
+        log, "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|", std::chrono::seconds(300),
         [&](const std::smatch& m) { return static_cast<size_t>(m.position()) >= after; });
     return text.empty() ? std::string::npos : text.find(summary, after);
   }
