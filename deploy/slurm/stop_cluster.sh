@@ -38,18 +38,18 @@ stop() {
 # Ends every job first: a job step's slurmstepd outlives slurmd.
 cancel_jobs() {
   export SLURM_CONF=$dir/slurm.conf
-  local jobs
-  jobs=$(squeue --noheader --format=%i 2>/dev/null || true)
-  [[ -n $jobs ]] || return 0
+  local jobs=()
+  mapfile -t jobs < <(squeue --noheader --format=%i 2>/dev/null || true)
+  ((${#jobs[@]} > 0)) || return 0
   # SIGKILL to every process of the jobs (--full: the batch script's too),
   # then the jobs themselves: no KillWait to sit through.
-  scancel --full --signal=KILL $jobs 2>/dev/null || true
-  scancel $jobs 2>/dev/null || true
+  scancel --full --signal=KILL "${jobs[@]}" 2>/dev/null || true
+  scancel "${jobs[@]}" 2>/dev/null || true
   for _ in $(seq 1 300); do
     [[ -z $(squeue --noheader --format=%i 2>/dev/null || true) ]] && return 0
     sleep 0.1
   done
-  echo "stop_cluster.sh: jobs still listed after 30 s: $jobs" >&2
+  echo "stop_cluster.sh: jobs still listed after 30 s: ${jobs[*]}" >&2
 }
 
 if [[ -d $dir ]]; then
