@@ -1,0 +1,286 @@
+// deploy/slurm/elastic.sbatch end to end on a real one-machine Slurm cluster
+// (deploy/slurm/start_cluster.sh: munged, slurmctld, slurmd): sbatch runs the
+// controller in the batch script and two job steps of one joining node agent
+// each; once both agents' workers train, one step is ended with
+// `scancel JOBID.STEP`, and the job must go on without it and finish with the
+// invariants: one parameter checksum per generation, every sample of every
+// epoch exactly once.
+//
+// Needs root and Debian's slurm-wlm and munge; starts daemons, so it runs
+// outside the sandbox, and is tagged manual (`bazel test //...` leaves it
+// out): deploy/slurm/README.md says how to run it.
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/job_checks.h"
+#include "tests/process.h"
+
+namespace {
+
+using elastic::tests::ExpectEverySampleOnce;
+using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::FreshTempDir;
+using elastic::tests::Process;
+using elastic::tests::ReadFile;
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kTrainSamples = 1024;
+constexpr int kEpochs = 12;
+// The stopped job: enough epochs that the stop comes before the end.
+constexpr int kLongEpochs = 20;
+
+// The absolute path of runfile `path` (the test runs unsandboxed, so it is a
+// link into the source tree or bazel-out, which slurmd's steps can read too).
+std::string Absolute(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? resolved : "";
+}
+
+// A TCP port that was free a moment ago.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), size) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0)
+    port = ntohs(address.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Runs `args` to completion; its exit code (-1 on timeout), its output in *output.
+int RunCommand(const std::vector<std::string>& args, std::string* output = nullptr,
+               std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  static int calls = 0;
+  Process process(args, FreshTempDir("run-" + std::to_string(++calls)) + "/out.log");
+  const int code = process.Wait(timeout);
+  if (output != nullptr) *output = process.Output();
+  return code;
+}
+
+// Waits until file `path` matches `pattern` (accepted by `accept`, if given);
+// the text the match was found in, or "" on timeout.
+std::string WaitForInFile(const std::string& path, const std::string& pattern,
+                          std::chrono::seconds timeout,
+                          const std::function<bool(const std::smatch&)>& accept = nullptr) {
+  const std::regex re(pattern);
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    const std::string text = ReadFile(path);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+         ++it)
+      if (!accept || accept(*it)) return text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return "";
+}
+
+// A one-machine Slurm cluster in a short directory of its own under /tmp
+// (munge's socket path must stay short), stopped and removed at the end,
+// whatever happened. SLURM_CONF points the Slurm commands at it.
+class Cluster {
+ public:
+  Cluster() {
+    char dir[] = "/tmp/elastic-slurm-test-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return;
+    dir_ = dir;
+    ::setenv("ELASTIC_SLURMCTLD_PORT", std::to_string(FreePort()).c_str(), 1);
+    ::setenv("ELASTIC_SLURMD_PORT", std::to_string(FreePort()).c_str(), 1);
+    started_ = RunCommand({Absolute("deploy/slurm/start_cluster.sh"), dir_}, &log_) == 0;
+    ::setenv("SLURM_CONF", (dir_ + "/slurm.conf").c_str(), 1);
+  }
+  ~Cluster() {
+    if (!dir_.empty()) RunCommand({Absolute("deploy/slurm/stop_cluster.sh"), dir_, "--purge"});
+  }
+  bool started() const { return started_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string dir_;
+  std::string log_;
+  bool started_ = false;
+};
+
+// The epoch E of the last summary ("epoch E/N world W |") in `output`; 0 if none.
+int LastEpochSummary(const std::string& output) {
+  const std::regex re("epoch (\\d+)/\\d+ world \\d+ \\|");
+  int last = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it)
+    last = std::stoi((*it)[1]);
+  return last;
+}
+
+// The job's steps as squeue lists them ("JOBID.0", "JOBID.1", "JOBID.batch").
+std::vector<std::string> Steps(const std::string& job_id) {
+  std::string out;
+  RunCommand({"/usr/bin/squeue", "--steps", "--noheader", "--format=%i", "--jobs=" + job_id}, &out);
+  std::vector<std::string> steps;
+  const std::regex re(job_id + "\\.(\\d+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    steps.push_back((*it)[0]);
+  return steps;
+}
+
+// One cluster for every test of this file: starting it takes seconds, but
+// each test's jobs are its own.
+class SlurmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new Cluster(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_EQ(::getuid(), 0u) << "starting slurmd needs root";
+    ASSERT_EQ(::access("/usr/sbin/slurmctld", X_OK), 0)
+        << "Slurm is not installed (deploy/slurm/README.md: apt-get install slurm-wlm munge)";
+    ASSERT_TRUE(cluster_->started()) << cluster_->log();
+    ASSERT_FALSE(Absolute("trainer/cifar").empty());
+    ASSERT_FALSE(Absolute("deploy/slurm/elastic.sbatch").empty());
+  }
+
+  // sbatch --wait of elastic.sbatch with two node agents as two steps on this
+  // one node, one worker each; the job's directory is `job_dir` (the same one
+  // continues a job), its log `log`, and the workers log their samples in
+  // `samples`. The returned process is sbatch, which exits with the job.
+  static std::unique_ptr<Process> Submit(const std::string& dir, const std::string& job_dir,
+                                         const std::string& log, const std::string& samples,
+                                         int epochs) {
+    ::setenv("ELASTIC_CIFAR", Absolute("trainer/cifar").c_str(), 1);
+    ::setenv("ELASTIC_JOB_DIR", job_dir.c_str(), 1);
+    ::setenv("ELASTIC_PORT", std::to_string(FreePort()).c_str(), 1);
+    ::setenv("ELASTIC_AGENTS_PER_NODE", "2", 1);
+    ::setenv("ELASTIC_WORKERS_PER_AGENT", "1", 1);
+    return std::make_unique<Process>(
+        std::vector<std::string>{
+            "/usr/bin/sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2",
+            "--output=" + log, "--chdir=" + dir, Absolute("deploy/slurm/elastic.sbatch"),
+            // The controller's training flags.
+            "--min-workers=1", "--metrics-port=0", "--run-dir=" + dir + "/run", "--model=resnet8",
+            "--dataset=fashion-mnist", "--train-samples=" + std::to_string(kTrainSamples),
+            "--test-samples=500", "--epochs=" + std::to_string(epochs), "--batch-size=32",
+            "--lr=0.05", "--seed=1", "--loader-threads=1", "--log-every=4", "--commit-every=8",
+            "--log-samples=" + samples},
+        log + ".sbatch");
+  }
+
+  // The job id sbatch --parsable printed ("" if none within a minute).
+  static std::string JobId(Process& sbatch) {
+    const std::smatch id = sbatch.WaitFor("^(\\d+)", std::chrono::seconds(60));
+    return id.empty() ? "" : id[1].str();
+  }
+
+  // Waits for an epoch summary of a world of `world` workers that comes
+  // after offset `after` of `log`; its offset, or npos.
+  static size_t WaitForEpochWithWorld(const std::string& log, int world, size_t after = 0) {
+    const std::string summary = " world " + std::to_string(world) + " |";
+    const std::string text = WaitForInFile(
+        log, "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|", std::chrono::seconds(300),
+        [&](const std::smatch& m) { return static_cast<size_t>(m.position()) >= after; });
+    return text.empty() ? std::string::npos : text.find(summary, after);
+  }
+
+  static Cluster* cluster_;
+};
+
+Cluster* SlurmTest::cluster_ = nullptr;
+
+// `scancel JOBID.STEP` kills a node agent's step (SIGKILL): its worker fails,
+// the other one redoes the steps since the last commit and finishes alone.
+TEST_F(SlurmTest, JobGoesOnWhenAnAgentStepIsCancelled) {
+  const std::string dir = FreshTempDir("slurm-cancel");
+  const std::string log = dir + "/job.log";
+  std::unique_ptr<Process> sbatch = Submit(dir, dir + "/job", log, dir + "/samples", kEpochs);
+  const std::string job_id = JobId(*sbatch);
+  ASSERT_FALSE(job_id.empty()) << sbatch->Output();
+
+  // Both agents' workers train together (an epoch of world 2), then one step ends.
+  const size_t two = WaitForEpochWithWorld(log, 2);
+  ASSERT_NE(two, std::string::npos) << ReadFile(log);
+  const std::vector<std::string> steps = Steps(job_id);
+  ASSERT_EQ(steps.size(), 2u) << ReadFile(log);
+  ASSERT_EQ(RunCommand({"/usr/bin/scancel", steps.back()}), 0);
+
+  // The job finishes in a world of one.
+  ASSERT_EQ(sbatch->Wait(std::chrono::seconds(600)), 0) << ReadFile(log);
+  const std::string output = ReadFile(log);
+  EXPECT_NE(output.find("STEP " + steps.back() + " ON"), std::string::npos) << output;
+  EXPECT_NE(output.find(" world 1 |", two), std::string::npos)
+      << "no epoch without the cancelled step:\n"
+      << output;
+  EXPECT_NE(output.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos)
+      << output;
+  ExpectOneChecksumPerGeneration(output);
+  ExpectEverySampleOnce(dir + "/samples", kTrainSamples, kEpochs);
+}
+
+// `scancel --signal=TERM JOBID.STEP` drains a step: its worker leaves at an
+// epoch boundary with status 0. Then SIGTERM to the batch script (what
+// `#SBATCH --signal=B:TERM@120` sends before the time limit) stops the job
+// with a checkpoint (exit 3), and the job submitted again with the same
+// ELASTIC_JOB_DIR continues from it to the end.
+TEST_F(SlurmTest, DrainedStepThenStoppedJobContinuesFromItsCheckpoint) {
+  const std::string dir = FreshTempDir("slurm-stop");
+  const std::string log = dir + "/job.log";
+  std::unique_ptr<Process> sbatch = Submit(dir, dir + "/job", log, dir + "/samples", kLongEpochs);
+  const std::string job_id = JobId(*sbatch);
+  ASSERT_FALSE(job_id.empty()) << sbatch->Output();
+
+  const size_t two = WaitForEpochWithWorld(log, 2);
+  ASSERT_NE(two, std::string::npos) << ReadFile(log);
+  const std::vector<std::string> steps = Steps(job_id);
+  ASSERT_EQ(steps.size(), 2u) << ReadFile(log);
+  ASSERT_EQ(RunCommand({"/usr/bin/scancel", "--signal=TERM", steps.back()}), 0);
+  const size_t one = WaitForEpochWithWorld(log, 1, two);
+  ASSERT_NE(one, std::string::npos) << ReadFile(log);
+  ASSERT_EQ(RunCommand({"/usr/bin/scancel", "--batch", "--signal=TERM", job_id}), 0);
+  ASSERT_EQ(sbatch->Wait(std::chrono::seconds(600)), 3) << ReadFile(log);
+
+  std::string output = ReadFile(log);
+  EXPECT_NE(output.find("SIGTERM to node agent"), std::string::npos) << output;
+  EXPECT_NE(output.find("is leaving"), std::string::npos) << output;
+  EXPECT_EQ(output.find("failed ("), std::string::npos) << "a worker failed:\n" << output;
+  EXPECT_NE(output.find("elastic.sbatch: SIGTERM: stopping the job"), std::string::npos) << output;
+  EXPECT_NE(output.find("continue with --resume"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  // Every epoch the first job finished used every sample once.
+  const int done_epochs = LastEpochSummary(output);
+  ASSERT_GT(done_epochs, 0) << output;
+  ASSERT_LT(done_epochs, kLongEpochs) << "the job finished before it was stopped:\n" << output;
+  ExpectEverySampleOnce(dir + "/samples", kTrainSamples, done_epochs);
+
+  // The same job directory: --resume from its checkpoint, to the last epoch.
+  const std::string log2 = dir + "/job2.log";
+  std::unique_ptr<Process> again = Submit(dir, dir + "/job", log2, dir + "/samples2", kLongEpochs);
+  ASSERT_EQ(again->Wait(std::chrono::seconds(600)), 0) << ReadFile(log2);
+  output = ReadFile(log2);
+  EXPECT_NE(output.find("resuming from " + dir + "/job/checkpoint"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch=" + std::to_string(done_epochs) + " position=0"), std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("epoch 1/"), std::string::npos) << "it started over:\n" << output;
+  EXPECT_NE(output.find("done: " + std::to_string(kLongEpochs) + " epochs"), std::string::npos)
+      << output;
+  ExpectOneChecksumPerGeneration(output);
+}
+
+}  // namespace
