@@ -19,8 +19,14 @@ struct GlooOptions {
   std::string tag = "world";
   // Timeout of an operation that does not name its own.
   Timeout default_timeout = std::chrono::seconds(60);
-  // Bound on the rendezvous (all members publishing their addresses and connecting).
+  // Bound on the rendezvous (all members publishing their addresses, connecting
+  // and authenticating their pairs).
   Timeout rendezvous_timeout = std::chrono::seconds(60);
+  // The cluster token. With one, every pair proves through its own connection
+  // that both ends hold it before the communicator is handed out
+  // (collectives/gloo_pair_proof.h). Empty: no proof (unit tests without a
+  // token); production always passes it.
+  std::string token;
 };
 
 class GlooCommunicatorFactory : public CommunicatorFactory {
@@ -29,7 +35,9 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
   GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options = {});
 
   // Blocks until all `membership.size` members of the generation have joined.
-  // Throws CollectiveTimeout when they do not within rendezvous_timeout.
+  // Throws CollectiveTimeout when they do not within rendezvous_timeout, and
+  // CollectiveError naming the peer's rank and address when a peer fails the
+  // pair proof.
   std::unique_ptr<Communicator> Create(const Membership& membership) override;
 
  private:

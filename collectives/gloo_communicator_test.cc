@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "collectives/gloo_pair_proof.h"
 #include "collectives/testing/collective_checks.h"
 #include "collectives/testing/subprocess.h"
 #include "collectives/testing/test_store.h"
@@ -31,12 +32,21 @@ std::unique_ptr<runtime::KeyValueStore> OpenStore(const Args& args) {
   return testing::OpenStore(args.at("store"), "rank-" + args.at("rank"));
 }
 
+// The options of a child: with the cluster token when the parent passed one.
+GlooOptions ChildOptions(const Args& args) {
+  GlooOptions options;
+  if (args.count("token") != 0) options.token = args.at("token");
+  return options;
+}
+
+constexpr char kToken[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
 // ---- child roles -----------------------------------------------------------
 
 // Runs every op, dtype and size, including 64 MiB.
 int RunCorrectness(const Args& args) {
   auto store = OpenStore(args);
-  GlooCommunicatorFactory factory(*store);
+  GlooCommunicatorFactory factory(*store, ChildOptions(args));
   const Membership m{1, std::stoi(args.at("rank")), std::stoi(args.at("world"))};
   auto comm = factory.Create(m);
   testing::CheckAllOps(*comm, testing::AllDataTypes(), {1, 2, 3, 5, 7, 1000, 65537, 1000003});
@@ -52,7 +62,7 @@ int RunCorrectness(const Args& args) {
 // counts must not grow.
 int RunRebuild(const Args& args) {
   auto store = OpenStore(args);
-  GlooCommunicatorFactory factory(*store);
+  GlooCommunicatorFactory factory(*store, ChildOptions(args));
   const int id = std::stoi(args.at("id"));
   constexpr int kCycles = 50;
   int fds_at_start = -1, threads_at_start = -1;
@@ -174,8 +184,9 @@ TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithTwoProcesses) {
   ExpectAllSucceed(children, seconds(600));
 }
 
+// With the token, so every pair of three processes authenticates first.
 TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithThreeProcesses) {
-  auto children = SpawnRanks("correctness", 3, {{"store", head_.spec()}});
+  auto children = SpawnRanks("correctness", 3, {{"store", head_.spec()}, {"token", kToken}});
   ExpectAllSucceed(children, seconds(600));
 }
 
@@ -184,8 +195,9 @@ TEST_F(GlooCommunicatorTest, EveryOpTypeAndSizeWithFourProcesses) {
   ExpectAllSucceed(children, seconds(600));
 }
 
+// With the token: the pair proof of each generation leaks nothing either.
 TEST_F(GlooCommunicatorTest, FiftyRebuildsOverChangingMembersLeakNothing) {
-  auto children = SpawnRanks("rebuild", 3, {{"store", head_.spec()}});
+  auto children = SpawnRanks("rebuild", 3, {{"store", head_.spec()}, {"token", kToken}});
   ExpectAllSucceed(children, seconds(600));
 }
 
@@ -320,6 +332,97 @@ TEST_F(GlooCommunicatorTest, InvalidArgumentsAreRejectedWithoutBreakingTheCommun
   pair.a->Allreduce(mine.data(), 4, DataType::kFloat32, ReduceOp::kSum);
   other.join();
   EXPECT_EQ(mine[3], 3.0f);
+}
+
+// ---- pair authentication (two ranks as two threads, real sockets) ----------
+
+TEST(PairProofTest, ProofsAreBoundToDirectionGenerationTagAndNonces) {
+  const std::string n0(32, 'a'), n1(32, 'b');
+  const PairScope scope{7, "train"};
+  const std::string proof = PairProof(kToken, scope, 0, 1, n0, n1);
+  EXPECT_EQ(proof.size(), 32u);
+  EXPECT_EQ(proof, PairProof(kToken, scope, 0, 1, n0, n1));
+  EXPECT_NE(proof, PairProof(kToken, scope, 1, 0, n0, n1)) << "a proof could be reflected";
+  EXPECT_NE(proof, PairProof(kToken, {8, "train"}, 0, 1, n0, n1));
+  EXPECT_NE(proof, PairProof(kToken, {7, "world"}, 0, 1, n0, n1));
+  EXPECT_NE(proof, PairProof(kToken, scope, 0, 2, n0, n1));
+  EXPECT_NE(proof, PairProof(kToken, scope, 0, 1, n1, n0));
+  EXPECT_NE(proof, PairProof("another token", scope, 0, 1, n0, n1));
+}
+
+TEST_F(GlooCommunicatorTest, RanksWithTheSameTokenFormTheCommunicatorAndAllreduce) {
+  GlooOptions options;
+  options.token = kToken;
+  Pair pair = MakePair(*store_, 20, options);
+  std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
+  std::thread other(
+      [&] { pair.b->Allreduce(b.data(), b.size(), DataType::kFloat32, ReduceOp::kSum); });
+  pair.a->Allreduce(a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
+  other.join();
+  EXPECT_EQ(a[999], 3.0f);
+  EXPECT_EQ(b[0], 3.0f);
+}
+
+// The impostor speaks Gloo and the proof perfectly (it even reached the
+// rendezvous) but holds another token: the honest rank refuses it at once,
+// naming it, rather than handing out a communicator it would feed.
+TEST_F(GlooCommunicatorTest, AnImpostorWithAnotherTokenIsRefusedNamingItsRankAndAddress) {
+  GlooOptions honest;
+  honest.token = kToken;
+  honest.rendezvous_timeout = seconds(120);  // far above how long the refusal takes
+  GlooOptions impostor = honest;
+  impostor.token = std::string(kToken).replace(0, 4, "dead");
+  std::string impostor_error;
+  std::thread other([&] {
+    try {
+      GlooCommunicatorFactory(*store_, impostor).Create({21, 1, 2});
+    } catch (const CollectiveError& e) {
+      impostor_error = e.what();
+    }
+  });
+  try {
+    GlooCommunicatorFactory(*store_, honest).Create({21, 0, 2});
+    ADD_FAILURE() << "the honest rank formed a communicator with an impostor";
+  } catch (const CollectiveTimeout& e) {
+    ADD_FAILURE() << "the refusal waited for the timeout: " << e.what();
+  } catch (const CollectiveError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("rank 1 (gloo address 127.0.0.1:"), std::string::npos) << message;
+    EXPECT_NE(message.find("cluster token"), std::string::npos) << message;
+    std::printf("honest rank: %s\n", message.c_str());
+  }
+  other.join();
+  // (The impostor cannot tell the honest rank's proof from a wrong one either.)
+  EXPECT_NE(impostor_error.find("rank 0"), std::string::npos) << impostor_error;
+}
+
+// A peer that connected but never proves anything (what a process that merely
+// reached the pair's port does) fails the creation within the rendezvous
+// timeout, with an error naming it.
+TEST_F(GlooCommunicatorTest, APeerThatNeverProvesTheTokenIsRefusedWithinTheRendezvousTimeout) {
+  GlooOptions honest;
+  honest.token = kToken;
+  honest.rendezvous_timeout = milliseconds(1500);
+  GlooOptions silent = honest;
+  silent.token.clear();
+  std::unique_ptr<Communicator> silent_comm;
+  std::thread other([&] {
+    try {
+      silent_comm = GlooCommunicatorFactory(*store_, silent).Create({22, 1, 2});
+    } catch (const CollectiveError&) {
+      // Whether the silent side notices depends on timing; only the honest side is under test.
+    }
+  });
+  try {
+    GlooCommunicatorFactory(*store_, honest).Create({22, 0, 2});
+    ADD_FAILURE() << "the honest rank formed a communicator with a peer that proved nothing";
+  } catch (const CollectiveTimeout& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("rank 1 (gloo address 127.0.0.1:"), std::string::npos) << message;
+    EXPECT_NE(message.find("sent no nonce"), std::string::npos) << message;
+    std::printf("honest rank: %s\n", message.c_str());
+  }
+  other.join();
 }
 
 TEST_F(GlooCommunicatorTest, KeysAreScopedByGenerationAndTag) {

@@ -8,7 +8,6 @@
 #include <sstream>
 #include <system_error>
 
-#include "monitoring/atomic_file.h"
 #include "monitoring/svg_chart.h"
 
 namespace elastic::monitoring {
@@ -220,7 +219,7 @@ std::string WriteRunReport(const RunSeries& run, const std::string& run_dir,
                          (error ? error.message() : "not a directory"));
   }
   const std::string path = (std::filesystem::path(run_dir) / options.file_name).string();
-  WriteFileAtomically(path, RenderRunReport(run, options));
+  runtime::WriteFileAtomically(path, RenderRunReport(run, options));
   return path;
 }
 

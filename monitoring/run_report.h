@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "monitoring/run_history.h"
+#include "runtime/atomic_file.h"
 
 namespace elastic::monitoring {
+
+using runtime::FileWriteError;
 
 struct RunReportOptions {
   std::string title = "Training run";
@@ -23,7 +26,7 @@ std::string RenderRunReport(const RunSeries& run, const RunReportOptions& option
 
 // Writes RenderRunReport's text to run_dir/options.file_name atomically,
 // creating run_dir if needed, and returns the file's path. Throws
-// FileWriteError (atomic_file.h) naming the path when it cannot.
+// FileWriteError (runtime/atomic_file.h) naming the path when it cannot.
 std::string WriteRunReport(const RunSeries& run, const std::string& run_dir,
                            const RunReportOptions& options = {});
 

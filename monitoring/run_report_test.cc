@@ -10,8 +10,8 @@
 #include <sstream>
 #include <thread>
 
-#include "monitoring/atomic_file.h"
 #include "monitoring/run_history.h"
+#include "runtime/atomic_file.h"
 
 namespace elastic::monitoring {
 namespace {
@@ -240,7 +240,7 @@ TEST(RunReportTest, RewritingReplacesTheWholeFile) {
 
 TEST(RunReportTest, AnUnusableRunDirectoryIsNamed) {
   const std::string dir = TempDir("not-a-dir");
-  WriteFileAtomically(dir, "a file where the run directory should be");
+  runtime::WriteFileAtomically(dir, "a file where the run directory should be");
   try {
     WriteRunReport(RunHistory().Snapshot(), dir);
     FAIL() << "wrote into a file";
@@ -250,7 +250,8 @@ TEST(RunReportTest, AnUnusableRunDirectoryIsNamed) {
   RunReportOptions options;
   options.file_name = "../escape.html";
   EXPECT_THROW(WriteRunReport(RunHistory().Snapshot(), TempDir("ok"), options), FileWriteError);
-  EXPECT_THROW(WriteFileAtomically(TempDir("missing") + "/sub/report.html", "x"), FileWriteError);
+  EXPECT_THROW(runtime::WriteFileAtomically(TempDir("missing") + "/sub/report.html", "x"),
+               FileWriteError);
 }
 
 TEST(RunHistoryTest, RejectsImpossibleRecordsAndStampsTimes) {

@@ -93,7 +93,9 @@ ActorSystem::ActorSystem(ActorSystemOptions options)
   const auto address = asio::ip::make_address(options_.listen_host, ec);
   if (ec) throw std::invalid_argument("'" + options_.listen_host + "' is not an IP address");
   const asio::ip::tcp::endpoint endpoint(address, options_.port);
-  ec = ListenCloseOnExec(acceptor_, endpoint, /*reuse_address=*/false);
+  // A fixed port is taken again by a restarted process: its old
+  // connections' TIME_WAIT must not keep it out.
+  ec = ListenCloseOnExec(acceptor_, endpoint, /*reuse_address=*/options_.port != 0);
   if (ec) {
     throw std::runtime_error("actor system cannot listen on " + options_.listen_host + ": " +
                              ec.message());

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace elastic::runtime {
 
@@ -16,21 +17,38 @@ constexpr const char* kTokenEnvironmentVariable = "ELASTIC_RUNTIME_TOKEN";
 constexpr size_t kNonceBytes = 32;
 
 // HMAC-SHA256(key, message), 32 raw bytes.
-std::string HmacSha256(const std::string& key, const std::string& message);
+std::string HmacSha256(const std::string& key, std::string_view message);
 
 // kNonceBytes from the OS's cryptographic generator.
 std::string RandomNonce();
 
-// A fresh random token (64 hex characters).
+// A fresh random token (64 hex characters, 256 bits).
 std::string GenerateToken();
 
+// Why `token` is too weak to be a cluster token, or "" when it is not.
+// Strength is estimated simply: 4 bits per character when every character is
+// a hex digit, else 6 (base64); at least 128 bits, so 32 hex digits or 22
+// base64 characters, and at least 8 different characters (which refuses
+// "aaaa..." and repeated words). A random token passes; what a person types
+// does not.
+std::string TokenWeakness(const std::string& token);
+
+// The commands that make a good token file at `path`, for error messages.
+std::string HowToMakeATokenFile(const std::string& path);
+
 // The token in a file (surrounding whitespace stripped). Throws
-// std::runtime_error naming the file when it is missing, unreadable, empty or
-// readable by group or others.
+// std::runtime_error naming the file and saying how to fix it when it is
+// missing, a symbolic link, not a regular file, not owned by this user,
+// accessible by group or others, empty, or too weak (TokenWeakness).
 std::string ReadTokenFile(const std::string& path);
 
-// Writes a token to a new file with mode 0600 (temp + fsync + rename).
-void WriteTokenFile(const std::string& path, const std::string& token);
+// Creates `path` holding `token`, mode 0600, atomically (a temporary file
+// beside it, fsync, then a rename that never replaces), unless something
+// already has that name: then returns false and leaves it alone, so that two
+// drivers racing to create the file both use the one token that won. Throws
+// std::invalid_argument for a weak token, std::runtime_error naming the file
+// when it cannot be written.
+bool WriteTokenFile(const std::string& path, const std::string& token);
 
 // Constant-time equality, so a MAC check leaks nothing through timing.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);

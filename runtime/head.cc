@@ -42,7 +42,15 @@ std::string ResolveToken(const HeadOptions& options) {
                                 " (not loopback) requires a token file (--token-file)");
   }
   if (!options.token_file.empty()) return ReadTokenFile(options.token_file);
-  if (!options.token.empty()) return options.token;
+  if (!options.token.empty()) {
+    const std::string weakness = TokenWeakness(options.token);
+    if (!weakness.empty()) {
+      throw std::invalid_argument("HeadOptions::token is too weak: " + weakness +
+                                  "; use GenerateToken() or a token file (" +
+                                  HowToMakeATokenFile("FILE") + ")");
+    }
+    return options.token;
+  }
   return GenerateToken();
 }
 

@@ -1,9 +1,6 @@
 #include "trainer/checkpoint.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -11,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "runtime/atomic_file.h"
 #include "trainer/bytes.h"
 
 namespace elastic::trainer {
@@ -31,26 +29,6 @@ std::string Sha256(std::string_view data) {
   return std::string(reinterpret_cast<const char*>(digest), size);
 }
 
-std::string Errno(const std::string& what, const std::string& path) {
-  return "checkpoint " + path + ": " + what + ": " + std::strerror(errno);
-}
-
-// Writes all of `data` to fd, retrying short writes.
-void WriteAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw CheckpointError(Errno("write failed", path));
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
-std::string Directory(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir) { return dir + "/checkpoint.ckpt"; }
@@ -59,34 +37,10 @@ void WriteCheckpointFile(const std::string& path, std::string_view payload) {
   ByteWriter header;
   header.U64(kFormatVersion);
   header.U64(payload.size());
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError(Errno("cannot create " + temp, path));
   try {
-    WriteAll(fd, kMagic, temp);
-    WriteAll(fd, header.bytes(), temp);
-    WriteAll(fd, Sha256(payload), temp);
-    WriteAll(fd, payload, temp);
-    if (::fsync(fd) != 0) throw CheckpointError(Errno("fsync failed", temp));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    ::unlink(temp.c_str());
-    throw CheckpointError(Errno("close failed", temp));
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string message = Errno("rename from " + temp + " failed", path);
-    ::unlink(temp.c_str());
-    throw CheckpointError(message);
-  }
-  // The rename is durable only once the directory entry is.
-  const int dir = ::open(Directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
+    runtime::WriteFileAtomically(path, {kMagic, header.bytes(), Sha256(payload), payload});
+  } catch (const runtime::FileWriteError& e) {
+    throw CheckpointError("checkpoint " + path + " not written: " + e.what());
   }
 }
 

@@ -2,9 +2,10 @@
 // the payload) followed by the payload, which is the training state bytes of
 // Learner::CaptureState().
 //
-// Writing goes to `<path>.tmp`, is fsync'ed, then renamed over `path` and the
-// directory fsync'ed: a crash or a failed write leaves the previous good
-// checkpoint in place, never a half-written one.
+// Writing goes to a temporary file unique to the call (`<path>.tmp-XXXXXX`,
+// runtime/atomic_file.h), is fsync'ed, then renamed over `path` and the
+// directory fsync'ed: a crash, a failed write or a second writer at the same
+// time leaves a whole checkpoint in place, never a half-written one.
 #pragma once
 
 #include <stdexcept>

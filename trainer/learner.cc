@@ -190,6 +190,10 @@ std::string Learner::CaptureState() const {
   return out.Take();
 }
 
+uint64_t Learner::StateSizeLimit() const {
+  return 4 * static_cast<uint64_t>(CaptureState().size()) + (uint64_t{64} << 20);
+}
+
 void Learner::RestoreState(std::string_view bytes) {
   ByteReader in(bytes, "training state");
   if (in.Bytes() != kStateTag)

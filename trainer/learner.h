@@ -99,6 +99,11 @@ class Learner {
 
   // Every bit of the training state (see the file comment).
   std::string CaptureState() const;
+  // The most bytes a state of this learner's model can take, to bound what a
+  // rank allocates from a size a peer announced: four times this learner's own
+  // state (a fresh one has no optimizer moments yet; Adam keeps two per
+  // parameter) plus 64 MiB for everything else.
+  uint64_t StateSizeLimit() const;
   // Throws std::runtime_error naming what does not fit (another model, number
   // of classes, optimizer or schedule; truncated bytes) and then leaves this
   // Learner in an unspecified state: build a fresh one to try again.

@@ -403,6 +403,28 @@ TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
   EXPECT_EQ(a->CaptureState().size(), b->CaptureState().size());
 }
 
+// A receiver bounds the state a peer announces by its own fresh learner's
+// StateSizeLimit: the largest state training produces (Adam's two moments
+// plus Lookahead's slow weights) must fit under it.
+TEST(LearnerTest, TheStateOfATrainedLearnerFitsAFreshOnesSizeLimit) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.optimizer.kind = "adam";
+  o.optimizer.lookahead = true;
+  o.optimizer.lookahead_k = 2;
+  auto trained = MakeLearner(1, o);
+  for (int i = 0; i < 3; ++i) trained->Step(data.images[i], data.labels[i], 0.1);
+  auto fresh = MakeLearner(2, o);
+  const size_t fresh_bytes = fresh->CaptureState().size();
+  const size_t trained_bytes = trained->CaptureState().size();
+  std::printf("state of a fresh learner %zu bytes, of a trained one %zu (x%.2f), limit %llu\n",
+              fresh_bytes, trained_bytes, static_cast<double>(trained_bytes) / fresh_bytes,
+              static_cast<unsigned long long>(fresh->StateSizeLimit()));
+  // Without the 64 MiB of slack, which would hide any factor at this size.
+  EXPECT_LE(trained_bytes, 4 * fresh_bytes);
+  EXPECT_EQ(fresh->StateSizeLimit(), 4 * fresh_bytes + (uint64_t{64} << 20));
+}
+
 std::string RestoreError(Learner& learner, const std::string& state) {
   try {
     learner.RestoreState(state);

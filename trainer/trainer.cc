@@ -45,13 +45,20 @@ using collectives::ReduceOp;
 
 // Rank 0's `bytes` on every rank. Rank 0 passes null when it has nothing to
 // send (it failed): every other rank then throws instead of waiting for it.
-std::string BroadcastFromRankZero(Communicator& world, const std::string* bytes) {
+// Every rank refuses a size over `limit` (Learner::StateSizeLimit) rather
+// than allocating it.
+std::string BroadcastFromRankZero(Communicator& world, const std::string* bytes, uint64_t limit) {
   int64_t size =
       world.rank() == 0 ? (bytes != nullptr ? static_cast<int64_t>(bytes->size()) : -1) : 0;
   world.Broadcast(&size, 1, DataType::kInt64, 0);
   if (size < 0) {
     if (world.rank() == 0) return std::string();  // the caller reports its own error
     throw std::runtime_error("rank 0 failed to read the training state (see its error)");
+  }
+  if (static_cast<uint64_t>(size) > limit) {
+    throw std::runtime_error("rank 0 announced a training state of " + std::to_string(size) +
+                             " bytes; one of this model is at most " + std::to_string(limit) +
+                             " bytes (4 x this rank's own + 64 MiB): not allocating it");
   }
   // As int64 words: every backend moves those.
   std::vector<int64_t> words((static_cast<size_t>(size) + 7) / 8, 0);
@@ -196,7 +203,10 @@ void Trainer::RestoreOrSync(std::FILE* out) {
   }
   // Even the fresh model is sent: the ranks start from rank 0's bytes, not
   // from the hope that they seeded the same way.
-  if (world_ != nullptr) state = BroadcastFromRankZero(*world_, read_error ? nullptr : &state);
+  if (world_ != nullptr) {
+    state =
+        BroadcastFromRankZero(*world_, read_error ? nullptr : &state, learner_->StateSizeLimit());
+  }
   if (read_error) std::rethrow_exception(read_error);
   if (options_.resume || rank_ != 0) {
     try {

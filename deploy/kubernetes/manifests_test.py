@@ -89,6 +89,10 @@ class Manifests(unittest.TestCase):
         container_ports = {p["name"]: p["containerPort"] for p in ports}
         self.assertEqual(sorted(container_ports.values()), exposed)
         self.assertEqual(container_ports["head"], int(self.controller_flags["port"]))
+        # The controller listens on --port + 1, and workers reach it through the Service.
+        self.assertEqual(container_ports["controller"], int(self.controller_flags["port"]) + 1)
+        service_targets = {p["targetPort"] for p in self.service["spec"]["ports"]}
+        self.assertLessEqual({"head", "controller"}, service_targets)
         self.assertEqual(container_ports["metrics"], int(self.controller_flags["metrics-port"]))
         for port in self.service["spec"]["ports"]:
             self.assertIn(port["targetPort"], container_ports, "targetPort names a container port")

@@ -16,11 +16,8 @@
 
 namespace elastic::trainer {
 
-// Controller -> trainer actors.
-// A commit as rank 0 sends it (CommitReport.state, Generation's state): four
-// doubles (loss sum, correct, seen, training seconds since the epoch began),
-// then the learner's state, which is also what a checkpoint file holds.
-inline constexpr size_t kCommitHeaderBytes = 4 * sizeof(double);
+// Controller -> trainer actors. A state they carry (CommitReport.state,
+// Generation's state) is a sealed Commit (commit_state.h).
 
 inline constexpr char kMethodGeneration[] = "generation";  // proto::Generation
 inline constexpr char kMethodRequest[] = "request";        // proto::StopRequest

@@ -7,7 +7,6 @@
 // graceful leaves are applied when rank 0 reports that the job stopped at a
 // commit point the driver asked for (docs/elastic.md, "Control at commit points").
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include "runtime/options.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/dataset.h"
+#include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
@@ -548,12 +548,12 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
     return;
   }
   try {
-    // The copy is the commit rank 0 sent: a header of its sums, then the
-    // learner's state, which is what a checkpoint holds.
-    if (copy_.size() < kCommitHeaderBytes) throw std::runtime_error("the copy is truncated");
+    // The copy is the commit rank 0 sealed; its learner state is what a
+    // checkpoint holds.
+    const Commit commit = Commit::Open(head_.token(), copy_, "rank 0's last copy");
     std::filesystem::create_directories(train_.checkpoint_dir);
     const std::string path = CheckpointPath(train_.checkpoint_dir);
-    WriteCheckpointFile(path, std::string_view(copy_).substr(kCommitHeaderBytes));
+    WriteCheckpointFile(path, commit.learner);
     Say("driver: no worker is left; wrote " + what + " to " + path + " (continue with --resume)");
   } catch (const std::exception& e) {
     Say("driver: error: no worker is left and " + what + " could not be written: " + e.what());
@@ -752,9 +752,10 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   head_options.admit_joins = false;
   head_options.transport = TransportFor(elastic);
   if (!elastic.token_file.empty()) {
-    struct stat info;
-    if (::stat(elastic.token_file.c_str(), &info) != 0) {
-      runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken());
+    // Creates the file only where none exists (atomically: a second driver
+    // racing this one uses the token that won); the head then reads and
+    // checks whichever file is there.
+    if (runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken())) {
       Say("driver: wrote a new cluster token to " + elastic.token_file + " (mode 0600)");
     }
     head_options.token_file = elastic.token_file;
@@ -773,11 +774,13 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   client_options.transport = TransportFor(elastic);
   runtime::HeadClient client(client_options);
 
-  // The controller actor listens where the head does: a worker reaches it at
-  // the head's host (the one it already reaches) and this port.
+  // The controller actor listens where the head does, on the next port: a
+  // worker reaches it at the head's host (the one it already reaches, maybe
+  // through a NAT or a Kubernetes Service that forwards only known ports).
   runtime::ActorSystemOptions actor_options;
   actor_options.token = head.token();
   actor_options.listen_host = elastic.listen;
+  actor_options.port = elastic.port == 0 ? 0 : static_cast<uint16_t>(head.port() + 1);
   actor_options.advertise_host = LocalHostFor(elastic.listen);
   actor_options.threads = 1;
   actor_options.transport = TransportFor(elastic);

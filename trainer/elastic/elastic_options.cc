@@ -23,7 +23,9 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "--listen is not loopback), --join needs it; without it the driver makes a random "
               "token");
   f.AddString("listen", &o.listen, "elastic: address the driver's head listens on");
-  f.AddInt("port", &o.port, "elastic: port of the driver's head; 0: any free port (printed)");
+  f.AddInt("port", &o.port,
+           "elastic: port of the driver's head; its job controller listens on the next one "
+           "(open both to other machines); 0: any free ports (printed)");
   f.AddInt("min-workers", &o.min_workers,
            "elastic: fewer workers than this pause training until joins arrive");
   f.AddInt("max-workers", &o.max_workers, "elastic: joins beyond this many workers wait; 0: none");
@@ -128,7 +130,8 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
   if (o.state_copy_every < 0) throw FlagError("--state-copy-every must be >= 0");
   if (!(o.step_timeout >= 1) || o.step_timeout > 86400)
     throw FlagError("--step-timeout must be in [1, 86400] seconds");
-  if (o.port < 0 || o.port > 65535) throw FlagError("--port must be in [0, 65535]");
+  // The controller listens on --port + 1.
+  if (o.port < 0 || o.port > 65534) throw FlagError("--port must be in [0, 65534]");
   if (o.metrics_port < 0 || o.metrics_port > 65535)
     throw FlagError("--metrics-port must be in [0, 65535]");
   if (o.min_workers < 1) throw FlagError("--min-workers must be >= 1");

@@ -44,6 +44,7 @@
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
 #include "trainer/elastic/accumulation.h"
+#include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/epoch_plan.h"
@@ -84,34 +85,15 @@ class FatalError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What every rank snapshots at a commit point: the full training state and
-// the epoch's running sums (so the epoch summary survives a restore).
-struct Commit {
-  double loss_sum = 0;
-  double correct = 0;
-  double seen = 0;
-  double train_seconds = 0;
-  std::string learner;
-
-  std::string Encode() const {
-    std::string out(kCommitHeaderBytes, '\0');
-    const double header[4] = {loss_sum, correct, seen, train_seconds};
-    std::memcpy(out.data(), header, sizeof(header));
-    return out + learner;
-  }
-  static Commit Decode(const std::string& bytes) {
-    if (bytes.size() < kCommitHeaderBytes) throw FatalError("commit from rank 0 is truncated");
-    Commit c;
-    double header[4];
-    std::memcpy(header, bytes.data(), sizeof(header));
-    c.loss_sum = header[0];
-    c.correct = header[1];
-    c.seen = header[2];
-    c.train_seconds = header[3];
-    c.learner = bytes.substr(sizeof(header));
-    return c;
-  }
-};
+// The controller lives in the head's process and listens on the head's
+// address: it is reached at the host this worker reaches the head at, not
+// the address it registered (127.0.0.1 for a head on 0.0.0.0, a container's
+// own address behind a NAT or a Kubernetes Service).
+runtime::Endpoint ControllerEndpoint(runtime::Endpoint registered,
+                                     const runtime::WorkerEnvironment& env) {
+  registered.host = env.head_host;
+  return registered;
+}
 
 void MakeDirectories(const std::string& dir) {
   for (size_t slash = 1; slash != std::string::npos;) {
@@ -453,8 +435,9 @@ void Worker::Reconnect() {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       // A restarted driver registers its controller right after its head listens.
-      const runtime::Endpoint endpoint =
-          client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1)));
+      const runtime::Endpoint endpoint = ControllerEndpoint(
+          client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1))),
+          env_);
       runtime::ActorRef controller = actors_->Remote(kControllerActor, endpoint);
       MessageBytes bytes(controller.Ask(kMethodSpec, "", std::chrono::seconds(30)).get(),
                          "job spec");
@@ -603,18 +586,25 @@ bool Worker::EveryRankHasItsOwnGpu(Communicator& comm) {
 
 void Worker::Sync(Communicator& comm, int rank, int root) {
   // The root's commit is the job's state: everyone restores it.
-  std::string bytes = rank == root ? commit_.Encode() : std::string();
+  std::string bytes = rank == root ? commit_.Seal(env_.token) : std::string();
   int64_t size = static_cast<int64_t>(bytes.size());
   comm.Broadcast(&size, 1, DataType::kInt64, root);
-  // A size no commit can have is a corrupt peer, not a reason to allocate it.
-  if (size < 0 || size > (int64_t{1} << 40))
-    throw FatalError("state size from the root is " + std::to_string(size));
+  // A size no commit of this model can have is a corrupt or hostile root, not
+  // a reason to allocate it. (The root checks its own too: it then fails
+  // with the others instead of waiting for them in the next broadcast.)
+  const uint64_t limit = learner_->StateSizeLimit();
+  if (size < 0 || static_cast<uint64_t>(size) > limit) {
+    throw FatalError("rank " + std::to_string(root) + " announced a state of " +
+                     std::to_string(size) + " bytes in generation " + std::to_string(generation_) +
+                     "; a state of model " + train_.model + " is at most " + std::to_string(limit) +
+                     " bytes (4 x this rank's own + 64 MiB): not allocating it");
+  }
   const size_t words = (static_cast<size_t>(size) + 7) / 8;
   std::vector<int64_t> buffer(words, 0);
   if (rank == root) std::memcpy(buffer.data(), bytes.data(), bytes.size());
   comm.Broadcast(buffer.data(), words, DataType::kInt64, root);
   bytes.assign(reinterpret_cast<const char*>(buffer.data()), static_cast<size_t>(size));
-  commit_ = Commit::Decode(bytes);
+  commit_ = Commit::Open(env_.token, bytes, "rank " + std::to_string(root));
   learner_->RestoreState(commit_.learner);
   holds_commit_ = true;
   committed_ = Point();
@@ -669,7 +659,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, CommitAt at) {
     const bool copy = rank == 0 && elastic_.state_copy_every > 0 &&
                       (++commits_since_copy_ >= elastic_.state_copy_every || stop);
     if (copy) commits_since_copy_ = 0;
-    std::string state = copy ? commit_.Encode() : std::string();
+    std::string state = copy ? commit_.Seal(env_.token) : std::string();
     if (!CopyFits(state)) state.clear();
     Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
       m.setGeneration(generation_);
@@ -960,7 +950,7 @@ bool Worker::LoadSource(const GenerationOrder& order, int rank) {
         Log("restoring %s from %s", ToString(kind), path.c_str());
       }
     } else if (kind == SourceKind::kControllerCopy) {
-      commit_ = Commit::Decode(order.state);
+      commit_ = Commit::Open(env_.token, order.state, "the controller's copy");
       Log("restoring the controller's copy (%s, %zu bytes)", ToString(order.source.point).c_str(),
           order.state.size());
     }
@@ -982,6 +972,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   collectives::GlooOptions gloo;
   gloo.hostname = collectives_host_;
   gloo.tag = "train";
+  // Every pair proves it holds the cluster token before the first collective.
+  gloo.token = env_.token;
   // Below the step timeout: a rank waiting for a hung peer leaves the
   // collective (and reports the fault) before the hung one's watchdog fires.
   gloo.default_timeout = std::min<std::chrono::milliseconds>(
@@ -1182,7 +1174,7 @@ int RunWorker() {
     actor_options.name = "worker-" + std::to_string(env.worker_index);
     auto actors = std::make_unique<runtime::ActorSystem>(actor_options);
     const runtime::Endpoint controller =
-        head->LookupActor(kControllerActor, std::chrono::seconds(60));
+        ControllerEndpoint(head->LookupActor(kControllerActor, std::chrono::seconds(60)), env);
     // The job's flags, the same for every worker wherever it was started.
     const std::string spec = actors->Remote(kControllerActor, controller)
                                  .Ask(kMethodSpec, "", std::chrono::seconds(60))
