@@ -217,7 +217,12 @@ void ActorSystem::Deliver(const std::shared_ptr<LocalActor>& actor, std::string 
       if (reply) {
         reply(false, error);
       } else {
-        ELASTIC_LOG(kWarning, "actors", error);
+        // A peer can send malformed tells in a loop: at most a line a second.
+        static RateLimitedLog failed_tells(LogLevel::kWarning, "actors", std::chrono::seconds(1));
+        uint64_t suppressed = 0;
+        if (failed_tells.Admit(&suppressed)) {
+          ELASTIC_LOG(kWarning, "actors", error << SuppressedNote(suppressed, "failed tells"));
+        }
       }
       return;
     }

@@ -1,6 +1,8 @@
 #include "runtime/head.h"
 
 #include <algorithm>
+#include <charconv>
+#include <optional>
 #include <stdexcept>
 
 #include "runtime/auth.h"
@@ -17,6 +19,13 @@ HeadOptions Validated(HeadOptions options) {
   }
   if (options.first_node_id == 0) {
     throw std::invalid_argument("HeadOptions.first_node_id must be >= 1 (node id 0 means none)");
+  }
+  const HeadLimits& limits = options.limits;
+  if (limits.kv.max_key_bytes == 0 || limits.kv.max_keys == 0 || limits.max_name_bytes == 0 ||
+      limits.max_waits_per_session == 0 || limits.max_wait.count() <= 0) {
+    throw std::invalid_argument(
+        "HeadOptions.limits: max_key_bytes, max_keys, max_name_bytes, max_waits_per_session and "
+        "max_wait must be positive");
   }
   return options;
 }
@@ -43,6 +52,18 @@ std::string ResolveToken(const HeadOptions& options) {
     return options.token;
   }
   return GenerateToken();
+}
+
+// "host:port" as the actor directory holds it (Endpoint::ToString); nullopt
+// for anything else.
+std::optional<Endpoint> ParseLocation(const std::string& location) {
+  const auto colon = location.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  const char* const end = location.data() + location.size();
+  uint16_t port = 0;
+  const auto [digits_end, error] = std::from_chars(location.data() + colon + 1, end, port);
+  if (error != std::errc() || digits_end != end) return std::nullopt;
+  return Endpoint{location.substr(0, colon), port};
 }
 
 std::string DescribeExit(proto::ProcessExited::Reader exited) {
@@ -92,7 +113,10 @@ Head::Head(HeadOptions options)
       acceptor_(loop_.context()),
       generation_(options_.first_generation),
       next_member_id_(options_.first_member_id),
-      next_node_id_(options_.first_node_id) {
+      next_node_id_(options_.first_node_id),
+      kv_(options_.limits.kv, "key-value store"),
+      actors_(options_.limits.kv, "actor directory"),
+      refusals_log_(LogLevel::kWarning, "head", std::chrono::seconds(10)) {
   const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.listen_host),
                                          options_.port);
   const asio::error_code ec = ListenCloseOnExec(acceptor_, endpoint, /*reuse_address=*/true);
@@ -194,12 +218,25 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
   switch (envelope.which()) {
     case proto::Envelope::KV_PUT: {
       auto put = envelope.getKvPut();
-      kv_.Put(put.getKey().cStr(), ToBytes(put.getValue()));
+      try {
+        kv_.Put(put.getKey().cStr(), ToBytes(put.getValue()));
+      } catch (const LimitExceededError& e) {
+        Refuse(connection, request_id, e.what());
+        return;
+      }
+      NoteKvSize();
       ReplyOk(connection, request_id);
       return;
     }
     case proto::Envelope::KV_GET: {
-      auto value = kv_.Get(envelope.getKvGet().getKey().cStr());
+      const std::string key = envelope.getKvGet().getKey().cStr();
+      try {
+        kv_.CheckKey(key);
+      } catch (const LimitExceededError& e) {
+        Refuse(connection, request_id, e.what());
+        return;
+      }
+      auto value = kv_.Get(key);
       capnp::MallocMessageBuilder message;
       auto reply = message.initRoot<proto::Envelope>();
       reply.setRequestId(request_id);
@@ -218,10 +255,17 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
                    "this connection already registered node " + std::to_string(session.node_id));
         return;
       }
+      const std::string name = envelope.getRegisterNode().getName().cStr();
+      const std::string too_long =
+          OverLimit("node name", name, options_.limits.max_name_bytes, "max_name_bytes");
+      if (!too_long.empty()) {
+        Refuse(connection, request_id, too_long);
+        return;
+      }
       session.node_id = ClaimId(
           envelope.getRegisterNode().getPreviousId(), options_.first_node_id,
           [this](uint64_t id) { return nodes_.count(id) > 0; }, next_node_id_);
-      nodes_[session.node_id] = envelope.getRegisterNode().getName().cStr();
+      nodes_[session.node_id] = name;
       nodes_connected_.store(nodes_.size());
       ELASTIC_LOG(kInfo, "head",
                   "node " << session.node_id << " (" << nodes_[session.node_id] << ") registered");
@@ -273,6 +317,12 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
     case proto::Envelope::DRAINING: {
       auto draining = envelope.getDraining();
       const uint64_t node_id = draining.getNodeId();
+      const std::string too_long = OverLimit("draining reason", draining.getReason().cStr(),
+                                             options_.limits.max_reason_bytes, "max_reason_bytes");
+      if (!too_long.empty()) {
+        Refuse(connection, request_id, too_long);
+        return;
+      }
       if (nodes_.count(node_id) == 0) {
         ReplyError(connection, request_id, proto::ErrorCode::NOT_FOUND,
                    "no node " + std::to_string(node_id));
@@ -307,8 +357,19 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
 
 void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait) {
   const std::string key = wait.getKey().cStr();
-  const auto timeout = std::chrono::milliseconds(wait.getTimeoutMillis());
   ConnectionPtr connection = session.connection;
+  try {
+    kv_.CheckKey(key);
+  } catch (const LimitExceededError& e) {
+    Refuse(connection, request_id, e.what());
+    return;
+  }
+  const std::string too_many = TooManyWaits(session, key);
+  if (!too_many.empty()) {
+    Refuse(connection, request_id, too_many);
+    return;
+  }
+  const auto timeout = ClampedWait(wait.getTimeoutMillis());
   const uint64_t serial = session.next_wait_serial++;
   auto timer = std::make_shared<asio::steady_timer>(loop_.context());
   const uint64_t ticket =
@@ -344,8 +405,15 @@ void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Re
 void Head::HandleLookupActor(Session& session, uint64_t request_id,
                              proto::LookupActor::Reader lookup) {
   const std::string name = lookup.getName().cStr();
-  const auto timeout = std::chrono::milliseconds(lookup.getTimeoutMillis());
   ConnectionPtr connection = session.connection;
+  std::string refusal =
+      OverLimit("actor name", name, options_.limits.max_name_bytes, "max_name_bytes");
+  if (refusal.empty()) refusal = TooManyWaits(session, name);
+  if (!refusal.empty()) {
+    Refuse(connection, request_id, refusal);
+    return;
+  }
+  const auto timeout = ClampedWait(lookup.getTimeoutMillis());
   const uint64_t serial = session.next_wait_serial++;
   auto timer = std::make_shared<asio::steady_timer>(loop_.context());
   const uint64_t ticket = actors_.WaitFor(
@@ -353,14 +421,20 @@ void Head::HandleLookupActor(Session& session, uint64_t request_id,
         timer->cancel();
         auto it = sessions_.find(connection.get());
         if (it != sessions_.end()) it->second->waits.erase(serial);
-        const auto colon = location.rfind(':');
+        // The head wrote the location itself; still, a value it cannot read
+        // fails this one lookup, never the head.
+        const std::optional<Endpoint> endpoint = ParseLocation(location);
+        if (!endpoint) {
+          ReplyError(connection, request_id, proto::ErrorCode::INTERNAL,
+                     "actor " + Quoted(name) + " has a malformed location " + Quoted(location));
+          return;
+        }
         capnp::MallocMessageBuilder message;
         auto reply = message.initRoot<proto::Envelope>();
         reply.setRequestId(request_id);
         auto found = reply.initActorLocation();
         found.setName(name);
-        found.initEndpoint().setHost(location.substr(0, colon));
-        found.getEndpoint().setPort(static_cast<uint16_t>(std::stoul(location.substr(colon + 1))));
+        ToProto(*endpoint, found.initEndpoint());
         Send(connection, message);
       });
   if (ticket == 0) return;
@@ -381,6 +455,51 @@ void Head::HandleLookupActor(Session& session, uint64_t request_id,
       });
 }
 
+std::string Head::OverLimit(const std::string& what, const std::string& text, size_t limit,
+                            const char* limit_name) {
+  if (text.size() <= limit) return "";
+  return what + " " + Quoted(text) + " is " + std::to_string(text.size()) +
+         " bytes, over the limit of " + std::to_string(limit) + " (" + limit_name + ")";
+}
+
+std::string Head::TooManyWaits(const Session& session, const std::string& key) const {
+  if (session.waits.size() < options_.limits.max_waits_per_session) return "";
+  return "wait for " + Quoted(key) + " refused: this connection has " +
+         std::to_string(session.waits.size()) + " waits pending, the limit (max_waits_per_session)";
+}
+
+std::chrono::milliseconds Head::ClampedWait(uint64_t millis) const {
+  const auto most = options_.limits.max_wait;
+  if (millis > static_cast<uint64_t>(most.count())) return most;
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(millis));
+}
+
+void Head::Refuse(const ConnectionPtr& connection, uint64_t request_id, const std::string& why) {
+  ++requests_refused_;
+  uint64_t suppressed = 0;
+  if (refusals_log_.Admit(&suppressed)) {
+    ELASTIC_LOG(kWarning, "head",
+                "refused a request: " << why << SuppressedNote(suppressed, "refusals"));
+  }
+  ReplyError(connection, request_id, proto::ErrorCode::RESOURCE_EXHAUSTED, why);
+}
+
+void Head::AdvanceGeneration() {
+  ++generation_;
+  if (generation_ < 2) return;
+  const size_t erased = kv_.EraseGenerationsBefore(generation_ - 1);
+  if (erased > 0) {
+    ELASTIC_LOG(kDebug, "head",
+                "deleted " << erased << " keys of generations before " << generation_ - 1);
+    NoteKvSize();
+  }
+}
+
+void Head::NoteKvSize() {
+  kv_keys_.store(kv_.size());
+  kv_bytes_.store(kv_.total_bytes());
+}
+
 uint64_t Head::ClaimId(uint64_t previous, uint64_t first,
                        const std::function<bool(uint64_t)>& in_use, std::atomic<uint64_t>& next) {
   // An id from an earlier head (below this one's first) or one this head never
@@ -399,11 +518,23 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
                "this connection is already member " + std::to_string(session.member_id));
     return;
   }
+  const std::string name = request.getName().cStr();
+  const std::string host = request.getEndpoint().getHost().cStr();
+  std::string refusal =
+      OverLimit("member name", name, options_.limits.max_name_bytes, "max_name_bytes");
+  if (refusal.empty()) {
+    refusal =
+        OverLimit("member endpoint host", host, options_.limits.max_name_bytes, "max_name_bytes");
+  }
+  if (!refusal.empty()) {
+    Refuse(session.connection, request_id, refusal);
+    return;
+  }
   Member member;
   member.info.id = ClaimId(
       request.getPreviousId(), options_.first_member_id,
       [this](uint64_t id) { return members_.count(id) > 0; }, next_member_id_);
-  member.info.name = request.getName().cStr();
+  member.info.name = name;
   member.info.node_id = request.getNodeId();
   member.info.endpoint = FromProto(request.getEndpoint());
   member.info.pid = request.getPid();
@@ -413,7 +544,7 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
     member_by_pid_[{member.info.node_id, member.info.pid}] = member.info.id;
   if (options_.admit_joins) {
     view_.push_back(member.info.id);
-    ++generation_;
+    AdvanceGeneration();
   }
   ELASTIC_LOG(kInfo, "head",
               "member " << member.info.id << " (" << member.info.name << ") joined; generation "
@@ -437,14 +568,29 @@ void Head::HandleRegisterActor(Session& session, uint64_t request_id,
                "actor name is empty");
     return;
   }
+  std::string refusal =
+      OverLimit("actor name", name, options_.limits.max_name_bytes, "max_name_bytes");
+  if (refusal.empty()) {
+    refusal = OverLimit("actor endpoint host", request.getEndpoint().getHost().cStr(),
+                        options_.limits.max_name_bytes, "max_name_bytes");
+  }
+  if (!refusal.empty()) {
+    Refuse(session.connection, request_id, refusal);
+    return;
+  }
   if (actors_.Get(name).has_value()) {
     ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
                "an actor named '" + name + "' is already registered");
     return;
   }
   const Endpoint endpoint = FromProto(request.getEndpoint());
+  try {
+    actors_.Put(name, endpoint.ToString());
+  } catch (const LimitExceededError& e) {
+    Refuse(session.connection, request_id, e.what());
+    return;
+  }
   session.actors.push_back(name);
-  actors_.Put(name, endpoint.ToString());
   ReplyOk(session.connection, request_id);
 }
 
@@ -465,7 +611,7 @@ void Head::RemoveMember(uint64_t member_id, MembershipEventKind kind, const std:
   auto in_view = std::find(view_.begin(), view_.end(), member_id);
   if (in_view != view_.end()) {
     view_.erase(in_view);
-    ++generation_;
+    AdvanceGeneration();
   }
   ELASTIC_LOG(kInfo, "head",
               "member " << member_id << " " << ToString(kind) << " (" << detail << "); generation "
@@ -484,7 +630,7 @@ void Head::PublishOnLoop(const std::vector<uint64_t>& member_ids) {
     }
   }
   view_ = member_ids;
-  ++generation_;
+  AdvanceGeneration();
   ELASTIC_LOG(kInfo, "head",
               "published view of " << view_.size() << " members; generation " << generation_);
   Broadcast(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""));
@@ -534,6 +680,9 @@ HeadStats Head::stats() const {
   stats.nodes_connected = nodes_connected_.load();
   stats.next_member_id = next_member_id_.load();
   stats.next_node_id = next_node_id_.load();
+  stats.kv_keys = kv_keys_.load();
+  stats.kv_bytes = kv_bytes_.load();
+  stats.requests_refused = requests_refused_.load();
   return stats;
 }
 

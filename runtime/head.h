@@ -17,6 +17,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -31,10 +33,30 @@
 #include "runtime/event_loop.h"
 #include "runtime/kv_table.h"
 #include "runtime/listener.h"
+#include "runtime/log.h"
 #include "runtime/membership.h"
 #include "runtime/options.h"
 
 namespace elastic::runtime {
+
+// What one authenticated peer may ask of the head, so that none can grow it
+// without bound (names are re-sent to every subscriber on every membership
+// event; waits hold a timer each). A request beyond a limit is refused with an
+// error naming the limit and the key or name (LimitExceededError in
+// HeadClient); the head and the peer's connection go on.
+struct HeadLimits {
+  // The key-value store (rendezvous). The actor directory has the same
+  // limits, its names bounded by max_name_bytes.
+  KvLimits kv;
+  // Names of nodes, members and actors, and endpoint hosts.
+  size_t max_name_bytes = 256;
+  // Free text broadcast to subscribers (a draining reason).
+  size_t max_reason_bytes = 1024;
+  // Key waits and actor lookups pending on one connection.
+  size_t max_waits_per_session = 1024;
+  // Longer waits are cut to this (the request says how long, as a UInt64).
+  std::chrono::milliseconds max_wait{std::chrono::hours(1)};
+};
 
 struct HeadOptions {
   // Loopback by default. Any other address requires token_file.
@@ -58,6 +80,7 @@ struct HeadOptions {
   uint64_t first_generation = 0;
   uint64_t first_member_id = 1;
   uint64_t first_node_id = 1;
+  HeadLimits limits;
 };
 
 // What the head handled since it started: cumulative counts, so a reader that
@@ -76,6 +99,12 @@ struct HeadStats {
   // starts numbering (HeadOptions::first_member_id, first_node_id).
   uint64_t next_member_id = 1;
   uint64_t next_node_id = 1;
+  // What the key-value store holds now. Keys of a generation two or more
+  // below the current one are deleted whenever the generation advances.
+  uint64_t kv_keys = 0;
+  uint64_t kv_bytes = 0;
+  // Requests refused for a limit (HeadLimits) since the head started.
+  uint64_t requests_refused = 0;
 };
 
 class Head {
@@ -122,6 +151,21 @@ class Head {
                            proto::RegisterActor::Reader request);
   void HandleProcessExited(proto::ProcessExited::Reader exited);
 
+  // Refusals of requests beyond HeadLimits: "" when `text` (named `what`) is
+  // within `limit` bytes, else the reason to refuse.
+  static std::string OverLimit(const std::string& what, const std::string& text, size_t limit,
+                               const char* limit_name);
+  // Why a new wait of session would pass max_waits_per_session, or "".
+  std::string TooManyWaits(const Session& session, const std::string& key) const;
+  std::chrono::milliseconds ClampedWait(uint64_t millis) const;
+  // Answers request_id with RESOURCE_EXHAUSTED and `why`; logs rate-limited.
+  void Refuse(const ConnectionPtr& connection, uint64_t request_id, const std::string& why);
+
+  // ++generation_, then deletes the keys of generations before the previous
+  // one: no member rendezvouses in them any more.
+  void AdvanceGeneration();
+  void NoteKvSize();
+
   void RemoveMember(uint64_t member_id, MembershipEventKind kind, const std::string& detail);
   void PublishOnLoop(const std::vector<uint64_t>& member_ids);
   MembershipUpdate Snapshot(MembershipEventKind kind, uint64_t member_id, uint64_t node_id,
@@ -157,12 +201,16 @@ class Head {
   std::atomic<uint64_t> next_node_id_{1};
   KvTable kv_;
   KvTable actors_;  // name -> "host:port"
+  RateLimitedLog refusals_log_;
 
   // Written on the loop thread, read by stats() from any thread.
   std::atomic<uint64_t> messages_received_{0};
   std::atomic<uint64_t> messages_sent_{0};
   std::atomic<uint64_t> heartbeats_missed_{0};
   std::atomic<uint64_t> nodes_connected_{0};  // nodes_.size(), readable off the loop
+  std::atomic<uint64_t> kv_keys_{0};
+  std::atomic<uint64_t> kv_bytes_{0};
+  std::atomic<uint64_t> requests_refused_{0};
 };
 
 }  // namespace elastic::runtime

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -14,6 +15,21 @@ namespace {
 // Slack on top of a server-side wait, so the head's own timeout answer (which
 // names the key) arrives before the client gives up on its own.
 constexpr std::chrono::milliseconds kWaitSlack{5000};
+
+// The longest the client itself waits for an answer: the head cuts every wait
+// far shorter (HeadLimits::max_wait), and a deadline this far out still fits
+// the clock (Wait(key, milliseconds::max()) would overflow it).
+constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24 * 30);
+
+// How long to wait for the answer to a wait of `timeout`.
+std::chrono::milliseconds WithSlack(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout, std::chrono::milliseconds(0), kLongestWait) + kWaitSlack;
+}
+
+// What a request says of timeout: milliseconds, never negative.
+uint64_t TimeoutMillis(std::chrono::milliseconds timeout) {
+  return static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0));
+}
 
 }  // namespace
 
@@ -99,6 +115,7 @@ HeadClient::Reply HeadClient::Call(const std::function<void(proto::Envelope::Bui
     if (error.getCode() == proto::ErrorCode::TIMEOUT) throw TimeoutError(text);
     if (error.getCode() == proto::ErrorCode::NOT_FOUND) throw TimeoutError(text);
     if (error.getCode() == proto::ErrorCode::INVALID_ARGUMENT) throw std::invalid_argument(text);
+    if (error.getCode() == proto::ErrorCode::RESOURCE_EXHAUSTED) throw LimitExceededError(text);
     throw std::runtime_error(text);
   }
   return reply;
@@ -149,12 +166,12 @@ void HeadClient::Put(const std::string& key, const std::string& value) {
         put.setKey(key);
         put.setValue(AsData(value));
       },
-      options_.request_timeout, "Put('" + key + "')");
+      options_.request_timeout, "Put(" + Quoted(key) + ")");
 }
 
 std::optional<std::string> HeadClient::Get(const std::string& key) {
   Reply reply = Call([&](proto::Envelope::Builder envelope) { envelope.initKvGet().setKey(key); },
-                     options_.request_timeout, "Get('" + key + "')");
+                     options_.request_timeout, "Get(" + Quoted(key) + ")");
   auto value = reply->Envelope().getKvValue();
   if (!value.getFound()) return std::nullopt;
   return ToBytes(value.getValue());
@@ -165,9 +182,9 @@ std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds t
       [&](proto::Envelope::Builder envelope) {
         auto wait = envelope.initKvWait();
         wait.setKey(key);
-        wait.setTimeoutMillis(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
+        wait.setTimeoutMillis(TimeoutMillis(timeout));
       },
-      timeout + kWaitSlack, "Wait('" + key + "')");
+      WithSlack(timeout), "Wait(" + Quoted(key) + ")");
   return ToBytes(reply->Envelope().getKvValue().getValue());
 }
 
@@ -273,9 +290,9 @@ Endpoint HeadClient::LookupActor(const std::string& name, std::chrono::milliseco
       [&](proto::Envelope::Builder envelope) {
         auto lookup = envelope.initLookupActor();
         lookup.setName(name);
-        lookup.setTimeoutMillis(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
+        lookup.setTimeoutMillis(TimeoutMillis(timeout));
       },
-      timeout + kWaitSlack, "LookupActor('" + name + "')");
+      WithSlack(timeout), "LookupActor(" + Quoted(name) + ")");
   return FromProto(reply->Envelope().getActorLocation().getEndpoint());
 }
 

@@ -1,9 +1,14 @@
 // The head's key-value store over real sockets and real processes: a process
 // waiting on a key wakes when another process puts it; waits time out with
-// TimeoutError; a client with a wrong token is refused.
+// TimeoutError; a client with a wrong token is refused; requests beyond the
+// head's limits are refused by name while the head goes on serving; keys of
+// finished generations are deleted.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <thread>
 
 #include "runtime/auth.h"
@@ -50,6 +55,76 @@ HeadClientOptions ClientOf(const Head& head) {
   options.token = head.token();
   return options;
 }
+
+// The message of the exception f throws ("" if none): the refusals below are
+// checked by what they say.
+template <typename F>
+std::string ErrorOf(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A connection to the head that sends requests as built, without HeadClient's
+// own handling of timeouts, and keeps every answer by request id.
+class RawSession {
+ public:
+  struct Answer {
+    bool error = false;
+    std::string text;  // the error message or the value
+  };
+
+  explicit RawSession(const Head& head) : loop_("raw-session") {
+    ConnectionCallbacks callbacks;
+    callbacks.on_message = [this](const ConnectionPtr&, proto::Envelope::Reader envelope,
+                                  const std::shared_ptr<IncomingFrame>&) {
+      Answer answer;
+      answer.error = envelope.which() == proto::Envelope::ERROR;
+      if (answer.error) answer.text = envelope.getError().getMessage().cStr();
+      if (envelope.which() == proto::Envelope::KV_VALUE)
+        answer.text = ToBytes(envelope.getKvValue().getValue());
+      std::lock_guard<std::mutex> lock(mutex_);
+      answers_[envelope.getRequestId()] = answer;
+      answered_.notify_all();
+    };
+    connection_ = Connection::Dial(loop_, "127.0.0.1", head.port(), TransportOptions{},
+                                   head.token(), "raw-session", callbacks)
+                      .get();
+  }
+  ~RawSession() {
+    connection_->Close("test done");
+    loop_.Stop();
+  }
+
+  void SendWait(uint64_t request_id, const std::string& key, uint64_t timeout_millis) {
+    capnp::MallocMessageBuilder message;
+    auto envelope = message.initRoot<proto::Envelope>();
+    envelope.setRequestId(request_id);
+    auto wait = envelope.initKvWait();
+    wait.setKey(key);
+    wait.setTimeoutMillis(timeout_millis);
+    ASSERT_TRUE(connection_->Send(message));
+  }
+
+  // The answer to request_id; fails the test when none came within 60 s.
+  Answer AnswerTo(uint64_t request_id) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool came =
+        answered_.wait_for(lock, seconds(60), [&] { return answers_.count(request_id) > 0; });
+    EXPECT_TRUE(came) << "no answer to request " << request_id;
+    return came ? answers_[request_id] : Answer{true, "no answer"};
+  }
+
+ private:
+  EventLoop loop_;
+  ConnectionPtr connection_;
+  std::mutex mutex_;
+  std::condition_variable answered_;
+  std::map<uint64_t, Answer> answers_;
+};
 
 TEST(HeadKvTest, WaiterProcessWakesWhenAnotherProcessPuts) {
   Head head(HeadOptions{});
@@ -126,6 +201,157 @@ TEST(HeadKvTest, WaitFailsWhenTheHeadGoesAway) {
   stopper.join();
   EXPECT_FALSE(client.connected());
   EXPECT_THROW(client.Put("x", "y"), std::runtime_error);
+}
+
+TEST(HeadKvTest, OversizeKeyValueAndNamesAreRefusedByNameAndTheHeadServesOthers) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  HeadClient other(ClientOf(head));
+  const std::string long_key = "long-" + std::string(2000, 'k');
+
+  std::string error = ErrorOf([&] { client.Put(long_key, "v"); });
+  EXPECT_NE(error.find("max_key_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("'long-kkk"), std::string::npos) << error;
+  EXPECT_LT(error.size(), 1000u) << "the refusal quotes all of the key";
+  error = ErrorOf([&] { client.Get(long_key); });
+  EXPECT_NE(error.find("max_key_bytes"), std::string::npos) << error;
+  error = ErrorOf([&] { client.Wait(long_key, seconds(60)); });
+  EXPECT_NE(error.find("max_key_bytes"), std::string::npos) << error;
+
+  error = ErrorOf([&] { client.Put("huge-value", std::string((size_t{64} << 20) + 1, 'v')); });
+  EXPECT_NE(error.find("max_value_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("'huge-value'"), std::string::npos) << error;
+  EXPECT_FALSE(other.Get("huge-value").has_value());
+
+  const std::string long_name = "name-" + std::string(300, 'n');
+  error = ErrorOf([&] { client.RegisterMember(long_name, 0, Endpoint{"127.0.0.1", 1}); });
+  EXPECT_NE(error.find("max_name_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("member name 'name-nnn"), std::string::npos) << error;
+  error = ErrorOf([&] { client.RegisterMember("m", 0, Endpoint{long_name, 1}); });
+  EXPECT_NE(error.find("member endpoint host"), std::string::npos) << error;
+  error = ErrorOf([&] { client.RegisterNode(long_name, 1); });
+  EXPECT_NE(error.find("node name"), std::string::npos) << error;
+  error = ErrorOf([&] { client.RegisterActor(long_name, Endpoint{"127.0.0.1", 1}); });
+  EXPECT_NE(error.find("actor name"), std::string::npos) << error;
+  error = ErrorOf([&] { client.LookupActor(long_name, seconds(60)); });
+  EXPECT_NE(error.find("actor name"), std::string::npos) << error;
+  const uint64_t node = client.RegisterNode("node", 1);
+  error = ErrorOf([&] { client.ReportDraining(node, std::string(2000, 'r')); });
+  EXPECT_NE(error.find("max_reason_bytes"), std::string::npos) << error;
+  EXPECT_TRUE(head.Membership().view.members.empty());
+
+  // The refused client and the others go on as before.
+  client.Put("after", "ok");
+  EXPECT_EQ(other.Get("after").value(), "ok");
+  const uint64_t id = client.RegisterMember("member", 0, Endpoint{"127.0.0.1", 1});
+  EXPECT_EQ(head.Membership().view.members.at(0).id, id);
+  EXPECT_GE(head.stats().requests_refused, 10u);
+}
+
+TEST(HeadKvTest, KeyCountAndTotalBytesAreBoundedPerHead) {
+  HeadOptions options;
+  options.limits.kv.max_keys = 50;
+  options.limits.kv.max_total_bytes = 10000;
+  Head head(options);
+  HeadClient client(ClientOf(head));
+  for (int i = 0; i < 50; ++i) client.Put("key" + std::to_string(i), "v");
+  std::string error = ErrorOf([&] { client.Put("one-too-many", "v"); });
+  EXPECT_NE(error.find("max_keys"), std::string::npos) << error;
+  EXPECT_NE(error.find("'one-too-many'"), std::string::npos) << error;
+  client.Put("key0", std::string(5000, 'x'));  // replacing is no new key
+  error = ErrorOf([&] { client.Put("key1", std::string(5000, 'x')); });
+  EXPECT_NE(error.find("max_total_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("'key1'"), std::string::npos) << error;
+  EXPECT_EQ(client.Get("key1").value(), "v");
+  EXPECT_EQ(head.stats().kv_keys, 50u);
+  EXPECT_LE(head.stats().kv_bytes, 10000u);
+}
+
+TEST(HeadKvTest, WaitsPerSessionAreBounded) {
+  Head head(HeadOptions{});
+  RawSession session(head);
+  constexpr uint64_t kLimit = 1024;  // HeadLimits::max_waits_per_session
+  for (uint64_t id = 1; id <= kLimit + 1; ++id)
+    session.SendWait(id, "w" + std::to_string(id), 60000);
+  // Requests on one connection are handled in order: the last one is refused.
+  const RawSession::Answer refused = session.AnswerTo(kLimit + 1);
+  EXPECT_TRUE(refused.error);
+  EXPECT_NE(refused.text.find("max_waits_per_session"), std::string::npos) << refused.text;
+  EXPECT_NE(refused.text.find("'w1025'"), std::string::npos) << refused.text;
+
+  // A wait that ends makes room for another; other connections wait freely.
+  HeadClient other(ClientOf(head));
+  other.Put("w1", "one");
+  EXPECT_EQ(session.AnswerTo(1).text, "one");
+  session.SendWait(kLimit + 2, "again", 60000);
+  other.Put("again", "two");
+  const RawSession::Answer again = session.AnswerTo(kLimit + 2);
+  EXPECT_FALSE(again.error) << again.text;
+  EXPECT_EQ(again.text, "two");
+  std::thread waiter([&] { EXPECT_EQ(other.Wait("for-other", seconds(60)), "three"); });
+  HeadClient putter(ClientOf(head));
+  putter.Put("for-other", "three");
+  waiter.join();
+}
+
+TEST(HeadKvTest, HugeWaitTimeoutsAreClampedNotOverflowed) {
+  Head head(HeadOptions{});
+  RawSession session(head);
+  session.SendWait(1, "late", UINT64_MAX);
+  session.SendWait(2, "late", uint64_t{1} << 63);
+  session.SendWait(3, "late", INT64_MAX);
+  HeadClient client(ClientOf(head));
+  std::thread waiter(
+      [&] { EXPECT_EQ(client.Wait("late", std::chrono::milliseconds::max()), "now"); });
+  // The waits are pending, not timed out at once: the put answers all of them.
+  HeadClient putter(ClientOf(head));
+  session.SendWait(4, "barrier", 60000);
+  putter.Put("late", "now");
+  putter.Put("barrier", "");
+  waiter.join();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    const RawSession::Answer answer = session.AnswerTo(id);
+    EXPECT_FALSE(answer.error) << "request " << id << ": " << answer.text;
+    EXPECT_EQ(answer.text, "now");
+  }
+}
+
+TEST(HeadKvTest, WaitsLongerThanMaxWaitEndAtMaxWait) {
+  HeadOptions options;
+  options.limits.max_wait = milliseconds(200);
+  Head head(options);
+  HeadClient client(ClientOf(head));
+  const std::string error = ErrorOf([&] { client.Wait("never", seconds(3600)); });
+  EXPECT_NE(error.find("within 200 ms"), std::string::npos) << error;
+}
+
+TEST(HeadKvTest, KeysOfFinishedGenerationsAreDeleted) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  client.Put("job/name", "kept");
+  client.Put(GenerationKey(100000, "future"), "kept");
+  constexpr int kRanks = 4;
+  constexpr uint64_t kGenerations = 300;
+  uint64_t generation = 0;
+  for (uint64_t i = 0; i < kGenerations; ++i) {
+    generation = head.PublishView({}).generation;
+    for (int rank = 0; rank < kRanks; ++rank) {
+      client.Put(GenerationKey(generation, "gloo/t/rank_" + std::to_string(rank)), "address");
+    }
+    // A member still in the generation before puts late: kept until the next one.
+    if (generation > 1) client.Put(GenerationKey(generation - 1, "gloo/t/late"), "address");
+  }
+  // This generation's keys, the one before's, and the two that are no
+  // generation's (or a future one's): bounded whatever the number of generations.
+  EXPECT_LE(head.stats().kv_keys, 2u * (kRanks + 1) + 2);
+  EXPECT_GT(head.stats().kv_keys, 0u);
+  for (uint64_t old = 1; old + 1 < generation; old += 37) {
+    EXPECT_FALSE(client.Get(GenerationKey(old, "gloo/t/rank_0")).has_value()) << old;
+  }
+  EXPECT_EQ(client.Get(GenerationKey(generation, "gloo/t/rank_3")).value(), "address");
+  EXPECT_EQ(client.Get(GenerationKey(generation - 1, "gloo/t/rank_0")).value(), "address");
+  EXPECT_EQ(client.Get("job/name").value(), "kept");
+  EXPECT_EQ(client.Get(GenerationKey(100000, "future")).value(), "kept");
 }
 
 TEST(HeadKvTest, NonLoopbackListenRequiresTokenFile) {

@@ -4,6 +4,7 @@
 // stale entry of an earlier one.
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -14,6 +15,14 @@ namespace elastic::runtime {
 
 // Thrown by Wait when the key did not appear in time.
 class TimeoutError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown when the store refuses a request beyond one of its limits (a key,
+// value or name too large, too many keys or bytes, too many waits); the
+// message names the limit and the key.
+class LimitExceededError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -36,6 +45,19 @@ class KeyValueStore {
 // "g<generation>/<key>": the key as seen by members of one generation.
 inline std::string GenerationKey(uint64_t generation, const std::string& key) {
   return "g" + std::to_string(generation) + "/" + key;
+}
+
+// The generation of a key made by GenerationKey, or nullopt for any other key.
+inline std::optional<uint64_t> GenerationOfKey(const std::string& key) {
+  if (key.size() < 3 || key[0] != 'g') return std::nullopt;
+  const char* const end = key.data() + key.size();
+  uint64_t generation = 0;
+  const auto [digits_end, error] = std::from_chars(key.data() + 1, end, generation);
+  if (error != std::errc() || digits_end == key.data() + 1 || digits_end == end ||
+      *digits_end != '/') {
+    return std::nullopt;
+  }
+  return generation;
 }
 
 }  // namespace elastic::runtime

@@ -1,5 +1,6 @@
 // Key-value semantics of the head's table: put replaces, get of a missing key
-// is empty, waiters run once in order, a cancelled waiter never runs.
+// is empty, waiters run once in order, a cancelled waiter never runs; limits
+// refuse a put and leave the table as it was; keys of old generations go.
 #include "runtime/kv_table.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +61,96 @@ TEST(KvTableTest, GenerationKeysKeepGenerationsApart) {
   table.Put(GenerationKey(1, "rank0"), "old");
   EXPECT_FALSE(table.Get(GenerationKey(2, "rank0")).has_value());
   EXPECT_EQ(GenerationKey(7, "addr"), "g7/addr");
+}
+
+KvLimits SmallLimits() {
+  KvLimits limits;
+  limits.max_key_bytes = 16;
+  limits.max_value_bytes = 100;
+  limits.max_keys = 3;
+  limits.max_total_bytes = 200;
+  return limits;
+}
+
+// Runs put and returns the LimitExceededError message ("" if none).
+template <typename F>
+std::string Refusal(F put) {
+  try {
+    put();
+  } catch (const LimitExceededError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(KvTableTest, OversizeKeyOrValueIsRefusedNamingTheLimitAndTheKey) {
+  KvTable table(SmallLimits());
+  const std::string long_key(17, 'k');
+  std::string why = Refusal([&] { table.Put(long_key, "v"); });
+  EXPECT_NE(why.find("max_key_bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find(long_key), std::string::npos) << why;
+  why = Refusal([&] { table.Put("big", std::string(101, 'v')); });
+  EXPECT_NE(why.find("max_value_bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find("'big'"), std::string::npos) << why;
+  EXPECT_THROW(table.CheckKey(long_key), LimitExceededError);
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.total_bytes(), 0u);
+  table.Put(std::string(16, 'k'), std::string(100, 'v'));  // at the limits: fine
+  EXPECT_EQ(table.total_bytes(), 116u);
+}
+
+TEST(KvTableTest, KeyCountAndTotalBytesAreBoundedAndReplacingCountsOnce) {
+  KvTable table(SmallLimits());
+  table.Put("a", std::string(60, 'x'));
+  table.Put("b", std::string(60, 'x'));
+  table.Put("c", "1");
+  std::string why = Refusal([&] { table.Put("d", "1"); });
+  EXPECT_NE(why.find("max_keys"), std::string::npos) << why;
+  EXPECT_NE(why.find("'d'"), std::string::npos) << why;
+  // Replacing a key is no new key, and its old value's bytes are given back.
+  table.Put("c", std::string(70, 'y'));
+  EXPECT_EQ(table.total_bytes(), 3u + 60 + 60 + 70);
+  why = Refusal([&] { table.Put("a", std::string(90, 'z')); });
+  EXPECT_NE(why.find("max_total_bytes"), std::string::npos) << why;
+  EXPECT_EQ(table.Get("a").value(), std::string(60, 'x'));  // unchanged
+  EXPECT_EQ(table.size(), 3u);
+  EXPECT_TRUE(table.Erase("b"));
+  EXPECT_EQ(table.total_bytes(), 2u + 60 + 70);
+  table.Put("d", "1");
+}
+
+TEST(KvTableTest, EraseGenerationsBeforeDropsOnlyOlderGenerationKeys) {
+  KvTable table;
+  for (uint64_t generation = 1; generation <= 5; ++generation) {
+    table.Put(GenerationKey(generation, "gloo/t/rank_0"), "address");
+    table.Put(GenerationKey(generation, "nccl/t/unique_id"), "id");
+  }
+  table.Put("job/name", "kept");
+  table.Put("g/not-a-generation", "kept");
+  table.Put("g12x/not-a-generation", "kept");
+  EXPECT_EQ(table.EraseGenerationsBefore(4), 6u);
+  EXPECT_FALSE(table.Get(GenerationKey(3, "gloo/t/rank_0")).has_value());
+  EXPECT_EQ(table.Get(GenerationKey(4, "gloo/t/rank_0")).value(), "address");
+  EXPECT_EQ(table.Get(GenerationKey(5, "nccl/t/unique_id")).value(), "id");
+  EXPECT_EQ(table.size(), 4u + 3);
+  EXPECT_EQ(table.EraseGenerationsBefore(4), 0u);
+  // A key erased one by one leaves the index too.
+  EXPECT_TRUE(table.Erase(GenerationKey(4, "gloo/t/rank_0")));
+  EXPECT_EQ(table.EraseGenerationsBefore(100), 3u);
+  EXPECT_EQ(table.size(), 3u);
+  EXPECT_EQ(table.total_bytes(),
+            std::string("job/namekeptg/not-a-generationkeptg12x/not-a-generationkept").size());
+}
+
+TEST(KvTableTest, GenerationOfKeyReadsOnlyGenerationKeys) {
+  EXPECT_EQ(GenerationOfKey(GenerationKey(42, "x")), 42u);
+  EXPECT_EQ(GenerationOfKey("g18446744073709551615/x"), UINT64_MAX);
+  EXPECT_FALSE(GenerationOfKey("g18446744073709551616/x").has_value());  // overflows
+  EXPECT_FALSE(GenerationOfKey("g/x").has_value());
+  EXPECT_FALSE(GenerationOfKey("g7").has_value());
+  EXPECT_FALSE(GenerationOfKey("g-7/x").has_value());
+  EXPECT_FALSE(GenerationOfKey("h7/x").has_value());
+  EXPECT_FALSE(GenerationOfKey("").has_value());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -92,6 +93,24 @@ void RateLimitedLog::Log(const std::string& message) {
 std::string SuppressedNote(uint64_t suppressed, const std::string& what) {
   if (suppressed == 0) return "";
   return "; " + std::to_string(suppressed) + " more " + what + " since the last such line";
+}
+
+std::string Quoted(const std::string& text, size_t max_bytes) {
+  std::string out = "'";
+  const size_t shown = std::min(text.size(), max_bytes);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte >= 0x20 && byte < 0x7f && byte != '\\' && byte != '\'') {
+      out += static_cast<char>(byte);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  out += "'";
+  if (shown < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 uint64_t RateLimitedLog::events() const {

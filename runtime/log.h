@@ -55,6 +55,12 @@ class RateLimitedLog {
 // such line", or "" when none were held back.
 std::string SuppressedNote(uint64_t suppressed, const std::string& what);
 
+// A string from a peer (a key, a name), fit for one log line or error
+// message: in single quotes, bytes outside printable ASCII as \xNN, at most
+// max_bytes of it shown and then "... (N bytes)", so a megabyte-long or binary
+// key costs a short readable line.
+std::string Quoted(const std::string& text, size_t max_bytes = 128);
+
 }  // namespace elastic::runtime
 
 #define ELASTIC_LOG(level, component, stream_expr)                                  \

@@ -36,6 +36,7 @@ enum ErrorCode {
   invalidArgument @4;
   unavailable @5;
   internal @6;
+  resourceExhausted @7;  # beyond one of the head's limits (HeadLimits); the message names it
 }
 
 struct Error {
