@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <stdexcept>
 
@@ -29,6 +30,54 @@ std::string HmacSha256(const std::string& key, std::string_view message) {
     throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
   }
   return std::string(reinterpret_cast<const char*>(mac), mac_size);
+}
+
+std::string SessionKey(const std::string& token, const std::string& acceptor_nonce,
+                       const std::string& connector_nonce, bool sent_by_connector) {
+  return HmacSha256(token, std::string(sent_by_connector ? "elastic-runtime/session/connector"
+                                                         : "elastic-runtime/session/acceptor") +
+                               acceptor_nonce + connector_nonce);
+}
+
+struct FrameSealer::Cipher {
+  std::unique_ptr<EVP_CIPHER_CTX, void (*)(EVP_CIPHER_CTX*)> context{EVP_CIPHER_CTX_new(),
+                                                                     EVP_CIPHER_CTX_free};
+};
+
+FrameSealer::FrameSealer(const std::string& session_key) : cipher_(std::make_unique<Cipher>()) {
+  if (session_key.size() != 32) throw std::invalid_argument("a session key has 32 bytes");
+  if (cipher_->context == nullptr ||
+      EVP_EncryptInit_ex(cipher_->context.get(), EVP_aes_256_gcm(), nullptr,
+                         reinterpret_cast<const unsigned char*>(session_key.data()),
+                         nullptr) != 1) {
+    throw std::runtime_error("AES-256-GCM setup failed in OpenSSL");
+  }
+}
+
+FrameSealer::~FrameSealer() = default;
+
+std::string FrameSealer::Next(const void* frame, size_t size) {
+  EVP_CIPHER_CTX* context = cipher_->context.get();
+  unsigned char nonce[12] = {};  // GCM's 96-bit nonce: the frame's number, then zeros
+  for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(frames_ >> (8 * i));
+  ++frames_;
+  auto fail = [] { return std::runtime_error("AES-256-GMAC of a frame failed in OpenSSL"); };
+  if (EVP_EncryptInit_ex(context, nullptr, nullptr, nullptr, nonce) != 1) throw fail();
+  const auto* bytes = static_cast<const unsigned char*>(frame);
+  int unused = 0;
+  for (size_t done = 0; done < size;) {  // associated data only: nothing is encrypted
+    const int chunk = static_cast<int>(std::min<size_t>(size - done, 1 << 30));
+    if (EVP_EncryptUpdate(context, nullptr, &unused, bytes + done, chunk) != 1) throw fail();
+    done += static_cast<size_t>(chunk);
+  }
+  unsigned char tail[16];
+  std::string mac(kFrameMacBytes, '\0');
+  if (EVP_EncryptFinal_ex(context, tail, &unused) != 1 ||
+      EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kFrameMacBytes),
+                          mac.data()) != 1) {
+    throw fail();
+  }
+  return mac;
 }
 
 std::string RandomNonce() {

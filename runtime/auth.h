@@ -5,6 +5,9 @@
 // handshake cannot be replayed.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -52,6 +55,37 @@ bool WriteTokenFile(const std::string& path, const std::string& token);
 
 // Constant-time equality, so a MAC check leaks nothing through timing.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+// Every frame after the handshake is followed by a MAC of kFrameMacBytes.
+constexpr size_t kFrameMacBytes = 16;
+
+// The key that MACs the frames one side sends after the handshake: derived
+// from the token and both handshake nonces, so a relay that passed the
+// handshake through (and knows no token) can neither forge nor replay one.
+std::string SessionKey(const std::string& token, const std::string& acceptor_nonce,
+                       const std::string& connector_nonce, bool sent_by_connector);
+
+// The MACs of one direction's frames, numbered from 0, so that a frame
+// dropped, repeated or reordered fails too. AES-256-GMAC (GCM with the frame
+// as associated data and its number as the nonce): a session key MACs each
+// number once, and GMAC runs at memory speed where HMAC-SHA256 halved the
+// runtime's throughput of 1 MB messages.
+class FrameSealer {
+ public:
+  explicit FrameSealer(const std::string& session_key);  // 32 bytes
+  ~FrameSealer();
+  FrameSealer(const FrameSealer&) = delete;
+  FrameSealer& operator=(const FrameSealer&) = delete;
+
+  // The MAC (kFrameMacBytes) of the next frame.
+  std::string Next(const void* frame, size_t size);
+  uint64_t frames() const { return frames_; }
+
+ private:
+  struct Cipher;
+  std::unique_ptr<Cipher> cipher_;
+  uint64_t frames_ = 0;
+};
 
 // The MACs of the two directions of the handshake (see protocol.capnp).
 std::string ClientProof(const std::string& token, const std::string& server_nonce);

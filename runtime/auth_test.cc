@@ -88,6 +88,32 @@ TEST(AuthTest, ProofsDependOnTokenNonceAndDirection) {
   EXPECT_FALSE(ConstantTimeEquals("abc", "ab"));
 }
 
+TEST(AuthTest, FrameMacsDependOnKeyNumberAndEveryByte) {
+  const std::string key = SessionKey(std::string(32, 't'), "acceptor nonce", "connector nonce",
+                                     /*sent_by_connector=*/true);
+  ASSERT_EQ(key.size(), 32u);
+  EXPECT_NE(key, SessionKey(std::string(32, 't'), "acceptor nonce", "connector nonce", false));
+  EXPECT_NE(key, SessionKey(std::string(32, 't'), "other nonce", "connector nonce", true));
+  EXPECT_NE(key, SessionKey(std::string(32, 'u'), "acceptor nonce", "connector nonce", true));
+
+  std::string frame(100000, 'f');
+  FrameSealer sender(key), receiver(key);
+  const std::string first = sender.Next(frame.data(), frame.size());
+  EXPECT_EQ(first.size(), kFrameMacBytes);
+  EXPECT_EQ(first, receiver.Next(frame.data(), frame.size()));  // same key, same number
+  // The same frame again (a replay) gets another MAC: its number moved on.
+  const std::string second = sender.Next(frame.data(), frame.size());
+  EXPECT_NE(first, second);
+  frame[77777] ^= 1;  // one bit altered on the way
+  EXPECT_NE(second, receiver.Next(frame.data(), frame.size()));
+  EXPECT_EQ(sender.frames(), 2u);
+  // Another direction's key never verifies this one's frames.
+  FrameSealer other(SessionKey(std::string(32, 't'), "acceptor nonce", "connector nonce", false));
+  EXPECT_NE(other.Next(frame.data(), frame.size()),
+            FrameSealer(key).Next(frame.data(), frame.size()));
+  EXPECT_THROW(FrameSealer("short key"), std::invalid_argument);
+}
+
 TEST(AuthTest, TokenFileRoundTripsAndMustBePrivate) {
   const std::string path = TempPath("token");
   const std::string token = GenerateToken();

@@ -3,6 +3,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "runtime/auth.h"
@@ -208,6 +209,7 @@ void Connection::ReadMore() {
 }
 
 void Connection::OnFrame(const std::shared_ptr<IncomingFrame>& frame) {
+  if (receive_sealer_ != nullptr) CheckSeal(*frame);     // before anything reads it
   proto::Envelope::Reader envelope = frame->Envelope();  // throws FrameError
   try {
     if (state_.load() == State::kHandshake) {
@@ -228,6 +230,20 @@ void Connection::OnFrame(const std::shared_ptr<IncomingFrame>& frame) {
     throw;
   } catch (const std::exception& e) {
     throw FrameError(std::string("message could not be handled: ") + e.what());
+  }
+}
+
+void Connection::ExpectSealedFrames(const std::string& key) {
+  receive_sealer_ = std::make_unique<FrameSealer>(key);
+  decoder_.set_trailer_bytes(kFrameMacBytes);
+}
+
+void Connection::CheckSeal(const IncomingFrame& frame) {
+  const uint64_t number = receive_sealer_->frames();
+  const kj::ArrayPtr<const kj::byte> bytes = frame.bytes();
+  if (!ConstantTimeEquals(frame.trailer(), receive_sealer_->Next(bytes.begin(), bytes.size()))) {
+    throw FrameError("frame " + std::to_string(number) +
+                     " after the handshake has a wrong MAC (injected or altered on the way)");
   }
 }
 
@@ -266,9 +282,12 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
       return;
     }
     peer_ += " (" + std::string(auth.getPeerName().cStr()) + ")";
+    peer_nonce_ = ToBytes(auth.getNonce());
+    // Whatever the connector sends after its proof is sealed.
+    ExpectSealedFrames(SessionKey(token_, my_nonce_, peer_nonce_, /*sent_by_connector=*/true));
     capnp::MallocMessageBuilder message;
     message.initRoot<proto::Envelope>().initWelcome().setMac(
-        AsData(ServerProof(token_, ToBytes(auth.getNonce()))));
+        AsData(ServerProof(token_, peer_nonce_)));
     Send(message);
     BecomeOpen();
     return;
@@ -290,10 +309,11 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
       CloseOnLoop("peer sent a malformed hello (nonce size)");
       return;
     }
+    peer_nonce_ = ToBytes(hello.getNonce());
     capnp::MallocMessageBuilder message;
     auto auth = message.initRoot<proto::Envelope>().initAuthenticate();
     auth.setProtocolVersion(kProtocolVersion);
-    auth.setMac(AsData(ClientProof(token_, ToBytes(hello.getNonce()))));
+    auth.setMac(AsData(ClientProof(token_, peer_nonce_)));
     auth.setNonce(AsData(my_nonce_));
     auth.setPeerName(name_);
     Send(message);
@@ -305,6 +325,8 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
       CloseOnLoop("peer " + peer_ + " could not prove it knows the cluster token");
       return;
     }
+    // Whatever the acceptor sends after its proof is sealed.
+    ExpectSealedFrames(SessionKey(token_, peer_nonce_, my_nonce_, /*sent_by_connector=*/false));
     BecomeOpen();
     return;
   }
@@ -312,6 +334,14 @@ void Connection::OnHandshakeFrame(proto::Envelope::Reader envelope) {
 }
 
 void Connection::BecomeOpen() {
+  {
+    // Every frame queued from now on is sealed (the handshake's were queued before).
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    send_sealer_ = std::make_unique<FrameSealer>(
+        role_ == Role::kConnector
+            ? SessionKey(token_, peer_nonce_, my_nonce_, /*sent_by_connector=*/true)
+            : SessionKey(token_, my_nonce_, peer_nonce_, /*sent_by_connector=*/false));
+  }
   state_.store(State::kOpen);
   handshake_timer_.cancel();
   decoder_.set_max_frame_bytes(options_.max_frame_bytes);  // and ReadMore reads more at once
@@ -379,9 +409,7 @@ bool Connection::Enqueue(capnp::MessageBuilder& message, bool bounded) {
   if (!bounded) {
     // Heartbeats: a few bytes each, and they must not fail a connection
     // whose queue is momentarily full of a large frame.
-    queue_.push_back(std::move(frame));
-    waiting_bytes_ += bytes;
-    ScheduleWriteLocked();
+    PushLocked(std::move(frame));
     return true;
   }
   // Only bytes still waiting count: a large frame being written does not
@@ -406,10 +434,28 @@ bool Connection::Enqueue(capnp::MessageBuilder& message, bool bounded) {
     }
     if (closed_) return false;
   }
-  queue_.push_back(std::move(frame));
-  waiting_bytes_ += bytes;
-  ScheduleWriteLocked();
+  PushLocked(std::move(frame));
   return true;
+}
+
+static_assert(kFrameMacBytes % sizeof(capnp::word) == 0, "a MAC is whole words");
+
+void Connection::PushLocked(kj::Array<capnp::word> frame) {
+  waiting_bytes_ += frame.size() * sizeof(capnp::word);
+  if (send_sealer_ != nullptr) {
+    // The MAC follows its frame on the stream: kFrameMacBytes, a whole
+    // number of words, queued right behind it under the same lock.
+    const kj::ArrayPtr<const kj::byte> bytes = frame.asBytes();
+    const std::string mac = send_sealer_->Next(bytes.begin(), bytes.size());
+    auto trailer = kj::heapArray<capnp::word>(kFrameMacBytes / sizeof(capnp::word));
+    std::memcpy(trailer.begin(), mac.data(), kFrameMacBytes);
+    queue_.push_back(std::move(frame));
+    waiting_bytes_ += kFrameMacBytes;
+    queue_.push_back(std::move(trailer));
+  } else {
+    queue_.push_back(std::move(frame));
+  }
+  ScheduleWriteLocked();
 }
 
 void Connection::ScheduleWriteLocked() {

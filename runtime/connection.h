@@ -2,8 +2,11 @@
 //
 // Life of a connection: TCP connect/accept -> handshake (the acceptor sends a
 // nonce, the connector proves the token and sends its own nonce, the acceptor
-// proves back) -> open: Envelopes flow both ways, heartbeats keep it alive ->
-// closed, exactly once, with a reason. Every protocol violation (bad frame,
+// proves back) -> open: Envelopes flow both ways, heartbeats keep it alive,
+// and every frame is followed by its MAC under a key of this session and
+// direction, numbered, so a relay that passed the handshake through can
+// neither inject, alter, replay nor drop a frame unnoticed -> closed,
+// exactly once, with a reason. Every protocol violation (bad frame,
 // oversized frame, wrong token, message before authentication, silence beyond
 // the heartbeat timeout) closes this connection only.
 //
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/auth.h"
 #include "runtime/event_loop.h"
 #include "runtime/frame.h"
 #include "runtime/options.h"
@@ -30,7 +34,8 @@
 
 namespace elastic::runtime {
 
-constexpr uint32_t kProtocolVersion = 1;
+// 2: every frame after the handshake carries a MAC (auth.h, FrameSealer).
+constexpr uint32_t kProtocolVersion = 2;
 
 class Connection;
 using ConnectionPtr = std::shared_ptr<Connection>;
@@ -101,10 +106,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnFrame(const std::shared_ptr<IncomingFrame>& frame);
   void OnHandshakeFrame(proto::Envelope::Reader envelope);
   void BecomeOpen();
+  // From now on, frames from the peer must carry MACs under this key.
+  void ExpectSealedFrames(const std::string& key);
+  void CheckSeal(const IncomingFrame& frame);
   void Tick();
   // Reports the heartbeats missed in the current silence (at least `floor` of them).
   void ReportMissedHeartbeats(std::chrono::steady_clock::duration silent, uint64_t floor);
   bool Enqueue(capnp::MessageBuilder& message, bool bounded);
+  // Queues a frame (and its MAC once open); with send_mutex_ held.
+  void PushLocked(kj::Array<capnp::word> frame);
   void ScheduleWriteLocked();  // with send_mutex_ held
   void WriteQueued();
   void CloseOnLoop(const std::string& reason);
@@ -122,7 +132,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameDecoder decoder_;
   std::vector<uint8_t> read_buffer_;
   std::string my_nonce_;
-  bool refused_ = false;  // loop thread only
+  std::string peer_nonce_;  // loop thread only
+  // MACs of received frames: null until the peer has proved the token.
+  std::unique_ptr<FrameSealer> receive_sealer_;  // loop thread only
+  bool refused_ = false;                         // loop thread only
   asio::steady_timer handshake_timer_;
   asio::steady_timer tick_timer_;
   std::chrono::steady_clock::time_point last_received_;
@@ -132,6 +145,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable std::mutex send_mutex_;
   std::condition_variable send_space_;
   std::deque<kj::Array<capnp::word>> queue_;
+  // MACs of sent frames (with send_mutex_ held): null until open.
+  std::unique_ptr<FrameSealer> send_sealer_;
   // Bytes in queue_ (not yet handed to the socket). Bounded by
   // max_send_queue_bytes; what is being written (in_flight_) came from this
   // queue, so memory stays within twice the bound plus one large frame.

@@ -77,14 +77,17 @@ std::shared_ptr<IncomingFrame> FrameDecoder::Next() {
                      std::to_string(max_frame_bytes_));
   }
   if (body_words == 0) throw FrameError("frame has no content (all segments empty)");
-  if (available < frame_bytes) return nullptr;
+  if (available < frame_bytes + trailer_bytes_) return nullptr;
 
   // Copy into word-aligned storage that the frame owns.
   auto words = kj::heapArray<capnp::word>(frame_bytes / sizeof(capnp::word));
   std::memcpy(words.begin(), begin, frame_bytes);
-  consumed_ += frame_bytes;
+  std::string trailer(reinterpret_cast<const char*>(begin) + frame_bytes, trailer_bytes_);
+  consumed_ += frame_bytes + trailer_bytes_;
   try {
-    return std::make_shared<IncomingFrame>(std::move(words));
+    auto frame = std::make_shared<IncomingFrame>(std::move(words));
+    frame->set_trailer(std::move(trailer));
+    return frame;
   } catch (const kj::Exception& e) {
     throw FrameError("malformed frame: " + std::string(e.getDescription().cStr()));
   }

@@ -42,10 +42,16 @@ class IncomingFrame {
 
   proto::Envelope::Reader Envelope();
   size_t size_bytes() const { return words_.size() * sizeof(capnp::word); }
+  // The frame as it came (segment table and segments), for its MAC.
+  kj::ArrayPtr<const kj::byte> bytes() const { return words_.asBytes(); }
+  // The bytes that followed the frame on the stream (FrameDecoder's trailer).
+  const std::string& trailer() const { return trailer_; }
+  void set_trailer(std::string trailer) { trailer_ = std::move(trailer); }
 
  private:
   kj::Array<capnp::word> words_;
   capnp::FlatArrayMessageReader reader_;
+  std::string trailer_;
 };
 
 // Turns a byte stream into whole frames. Feed it whatever the socket gave;
@@ -68,8 +74,13 @@ class FrameDecoder {
   // Changes the limit for frames not yet started (e.g. after authentication).
   void set_max_frame_bytes(size_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
 
+  // From the next frame on, each frame is followed by `bytes` more (a MAC),
+  // which Next() hands over with the frame (IncomingFrame::trailer).
+  void set_trailer_bytes(size_t bytes) { trailer_bytes_ = bytes; }
+
  private:
   size_t max_frame_bytes_;
+  size_t trailer_bytes_ = 0;
   std::vector<uint8_t> buffer_;
   size_t consumed_ = 0;
 };

@@ -9,8 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "runtime/auth.h"
@@ -98,6 +101,9 @@ class RawPeer {
     auto answer = Read();
     if (answer == nullptr) throw std::runtime_error("closed during the handshake");
     last_ = answer;
+    // After its proof the head seals every frame: skip the MACs.
+    if (answer->Envelope().which() == proto::Envelope::WELCOME)
+      decoder_.set_trailer_bytes(kFrameMacBytes);
     return answer->Envelope().which();
   }
 
@@ -106,6 +112,108 @@ class RawPeer {
  private:
   int fd_;
   FrameDecoder decoder_;
+};
+
+// A man in the middle: forwards both directions between a client and the
+// head, frame by frame from the client (so that it can insert a frame of its
+// own between two of the client's), and on Inject() puts a frame the client
+// never sent into the client's stream. It knows no token.
+class RelayingProxy {
+ public:
+  explicit RelayingProxy(uint16_t head_port) : head_port_(head_port), from_client_(1 << 30) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_EQ(listen(listener_, 1), 0);
+    socklen_t size = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { Relay(); });
+  }
+  ~RelayingProxy() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : {listener_, client_, head_})
+      if (fd >= 0) close(fd);
+  }
+  uint16_t port() const { return port_; }
+  void Inject(std::vector<uint8_t> bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    injected_ = std::move(bytes);
+  }
+  // Whether the head closed its side (EOF from the head).
+  bool head_closed() const { return head_closed_; }
+
+ private:
+  static void SendAll(int fd, const uint8_t* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+  void Relay() {
+    pollfd accept_fd{listener_, POLLIN, 0};
+    while (!stop_ && poll(&accept_fd, 1, 50) <= 0) {
+    }
+    if (stop_) return;
+    client_ = accept(listener_, nullptr, nullptr);
+    head_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(head_port_);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(head_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return;
+    bool client_authenticated = false;
+    uint8_t buffer[65536];
+    while (!stop_) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!injected_.empty()) {  // between two of the client's frames
+          SendAll(head_, injected_.data(), injected_.size());
+          injected_.clear();
+        }
+      }
+      pollfd fds[2] = {{client_, POLLIN, 0}, {head_, POLLIN, 0}};
+      if (poll(fds, 2, 20) <= 0) continue;
+      if (fds[1].revents != 0) {
+        const ssize_t n = recv(head_, buffer, sizeof(buffer), 0);
+        if (n <= 0) {
+          head_closed_ = true;
+          shutdown(client_, SHUT_WR);
+          return;
+        }
+        SendAll(client_, buffer, static_cast<size_t>(n));
+      }
+      if (fds[0].revents != 0) {
+        const ssize_t n = recv(client_, buffer, sizeof(buffer), 0);
+        if (n <= 0) return;
+        from_client_.Append(buffer, static_cast<size_t>(n));
+        while (auto frame = from_client_.Next()) {
+          const auto bytes = frame->bytes();
+          SendAll(head_, bytes.begin(), bytes.size());
+          SendAll(head_, reinterpret_cast<const uint8_t*>(frame->trailer().data()),
+                  frame->trailer().size());
+          // The client's first frame is its proof; every later one has a MAC.
+          if (!client_authenticated) from_client_.set_trailer_bytes(kFrameMacBytes);
+          client_authenticated = true;
+        }
+      }
+    }
+  }
+
+  uint16_t head_port_;
+  uint16_t port_ = 0;
+  int listener_ = -1, client_ = -1, head_ = -1;
+  FrameDecoder from_client_;
+  std::mutex mutex_;
+  std::vector<uint8_t> injected_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> head_closed_{false};
+  std::thread thread_;
 };
 
 class TransportSecurityTest : public ::testing::Test {
@@ -154,11 +262,44 @@ TEST_F(TransportSecurityTest, GarbageAfterAuthenticationClosesThatConnection) {
   StartHead();
   RawPeer raw(head_->port());
   ASSERT_EQ(raw.Authenticate(head_->token()), proto::Envelope::WELCOME);
-  // A header that claims a sane size, then a body of random bytes.
+  // A header that claims a sane size, then a body of random bytes, then as
+  // many as a frame's MAC.
   std::vector<uint8_t> bytes = {0, 0, 0, 0, 4, 0, 0, 0};
-  for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<uint8_t>(i * 37 + 11));
+  for (size_t i = 0; i < 32 + kFrameMacBytes; ++i)
+    bytes.push_back(static_cast<uint8_t>(i * 37 + 11));
   raw.Write(bytes);
   EXPECT_TRUE(raw.ClosedByHead());
+  ExpectHeadStillServes();
+}
+
+// A relay that passed an honest client's handshake through, then injects a
+// KvPut of its own: its frame has no valid MAC (the relay knows no token), so
+// the head refuses it and closes that connection; the key is never stored.
+TEST_F(TransportSecurityTest, AFrameInjectedByARelayAfterTheHandshakeIsRefused) {
+  StartHead();
+  RelayingProxy relay(head_->port());
+  HeadClientOptions options = Options();
+  options.port = relay.port();
+  options.name = "relayed";
+  HeadClient relayed(options);
+  relayed.Put("through-the-relay", "1");  // sealed frames pass a relay unchanged
+  EXPECT_EQ(good_->Get("through-the-relay").value(), "1");
+
+  capnp::MallocMessageBuilder message;
+  auto envelope = message.initRoot<proto::Envelope>();
+  envelope.setRequestId(4242);
+  auto put = envelope.initKvPut();
+  put.setKey("injected");
+  put.setValue(AsData(std::string("by the relay")));
+  std::vector<uint8_t> frame = Encode(message);
+  frame.resize(frame.size() + kFrameMacBytes, 0);  // a MAC it cannot compute
+  relay.Inject(frame);
+
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (!relay.head_closed() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(relay.head_closed()) << "the head kept the connection with the injected frame";
+  EXPECT_FALSE(good_->Get("injected").has_value()) << "the injected KvPut was applied";
   ExpectHeadStillServes();
 }
 
