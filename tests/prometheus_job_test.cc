@@ -178,6 +178,12 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
               elastic::monitoring::testing::RunfilePath("monitoring/prometheus.yml")),
           "127.0.0.1:" + std::to_string(metrics_port), "250ms"),
       dir + "/prometheus");
+  // Prometheus starts scraping a configured target only when its scrape
+  // manager next applies targets (up to 5 s after it is ready), and a short
+  // job's first epochs are over by then. Its first attempt records up == 0
+  // (nothing listens yet): from then on it scrapes every 250 ms.
+  prometheus.WaitUntil("the first scrape attempt",
+                       [&] { return prometheus.Scalar("up{job=\"elastic\"}").has_value(); });
 
   const double job_start = UnixNow();
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
