@@ -201,7 +201,7 @@ std::string RenderChart(const ChartSpec& spec) {
     if (series.step && pen_down && xs.hi > last_x) d << " H" << Px(sx(xs.hi));
     svg << "<path class=\"series\" data-series=\"" << EscapeXml(series.name) << "\" d=\"" << d.str()
         << "\" fill=\"none\" stroke=\"" << EscapeXml(series.color) << "\" stroke-width=\"2\"/>\n";
-    if (series.step) continue;
+    if (series.step || !series.dots) continue;
     for (const auto& [x, y] : series.points) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       svg << "<circle cx=\"" << Px(sx(x)) << "\" cy=\"" << Px(sy(y)) << "\" r=\"2.5\" fill=\""

@@ -17,6 +17,9 @@ struct ChartSeries {
   // Step series hold their value until the next point (a world size), drawn
   // with H/V segments and extended to ChartSpec::x_end.
   bool step = false;
+  // Line series: a dot with a tooltip per point (the run report's few epochs);
+  // off for dense series (a dashboard panel's hundreds of samples).
+  bool dots = true;
 };
 
 // A vertical line at x with a short label (a membership change).
@@ -45,7 +48,8 @@ struct ChartSpec {
 
 // One <svg> element. Every series is one <path class="series"> whose `d`
 // holds its points in order (M/L for lines, M/H/V for steps); line series also
-// get one <circle> per point with a <title> tooltip giving the exact value.
+// get one <circle> per point with a <title> tooltip giving the exact value
+// (unless `dots` is false).
 std::string RenderChart(const ChartSpec& spec);
 
 // Escapes &, <, >, " and ' for text and attribute values.

@@ -4,10 +4,16 @@
 // stored series back through Prometheus's HTTP API and holds them to what the
 // driver printed: the world sizes of the epoch summaries, the test accuracy of
 // every epoch (the last one included: the driver waits for a final scrape),
-// the joins, and the generations.
+// the joins, and the generations. Every query of the shipped Grafana dashboard
+// is then asked of that Prometheus as the dashboard asks it (a range query
+// over the job's life, variables filled in): each must return samples, and
+// each panel is drawn to an SVG chart under $TEST_UNDECLARED_OUTPUTS_DIR/
+// dashboard (what docs/dashboard/ holds; tools/render_dashboard_docs.sh).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,6 +24,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "monitoring/atomic_file.h"
+#include "monitoring/dashboard_render.h"
 #include "monitoring/testing/child_process.h"
 #include "monitoring/testing/prometheus_server.h"
 #include "monitoring/testing/runfiles.h"
@@ -36,6 +44,15 @@ constexpr char kBinary[] = "trainer/cifar";
 constexpr int kJoiningWorkers = 2;
 // Long enough for any job of this test: range selectors see its whole life.
 constexpr char kWholeRun[] = "[1h]";
+// How often the test's Prometheus scrapes the job.
+constexpr double kScrapeSeconds = 0.25;
+// Samples per panel query across the job, as a Grafana panel about this many
+// pixels wide asks for.
+constexpr double kPointsPerPanel = 240;
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // One epoch summary line of the driver, as printed.
 struct PrintedEpoch {
@@ -93,6 +110,62 @@ std::vector<double> DistinctRuns(const std::vector<double>& values) {
   return runs;
 }
 
+// Asks `prometheus` every query of the shipped dashboard over [start, end] as
+// Grafana would (job "All", $__rate_interval from the scrape interval), with
+// the annotation's events as markers; each query must return finite samples.
+// Draws each panel under $TEST_UNDECLARED_OUTPUTS_DIR/dashboard when set.
+void CheckAndDrawTheDashboard(const PrometheusServer& prometheus, double start, double end) {
+  namespace mon = elastic::monitoring;
+  const json dashboard = json::parse(
+      elastic::monitoring::testing::ReadTextFile(elastic::monitoring::testing::RunfilePath(
+          "monitoring/grafana/dashboards/elastic-training.json")));
+  const double step = std::max(kScrapeSeconds, (end - start) / kPointsPerPanel);
+  const mon::QueryVariables variables{".*", step, kScrapeSeconds, end - start};
+  // The query, expanded, or why it failed.
+  const auto range = [&](const std::string& where, const std::string& expr) -> json {
+    const std::string query = mon::ExpandQuery(expr, variables);
+    const PrometheusServer::QueryResult result = prometheus.QueryRange(query, start, end, step);
+    if (!result.data) {
+      ADD_FAILURE() << where << ": Prometheus rejected " << query << ": " << result.error;
+      return {{"resultType", "matrix"}, {"result", json::array()}};
+    }
+    EXPECT_GT(mon::FiniteSamples(mon::MatrixSeries(*result.data, start)), 0u)
+        << where << ": no samples over the job for " << query << "\n"
+        << result.data->dump().substr(0, 500);
+    return *result.data;
+  };
+
+  std::vector<mon::ChartMarker> markers;
+  for (const mon::DashboardAnnotation& annotation : mon::DashboardAnnotations(dashboard)) {
+    const json result = range("annotation " + annotation.name, annotation.expr);
+    const std::vector<mon::ChartMarker> events =
+        mon::AnnotationMarkers(annotation, result, start, step);
+    markers.insert(markers.end(), events.begin(), events.end());
+  }
+  EXPECT_FALSE(markers.empty()) << "the joins are not marked";
+
+  const char* outputs = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  const std::string dir = outputs ? std::string(outputs) + "/dashboard" : "";
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  const std::vector<mon::DashboardPanel> panels = mon::DashboardPanels(dashboard);
+  EXPECT_EQ(panels.size(), dashboard.at("panels").size());
+  for (const mon::DashboardPanel& panel : panels) {
+    std::vector<json> results;
+    for (const mon::PanelTarget& target : panel.targets) {
+      results.push_back(range("panel \"" + panel.title + "\" query " + target.ref_id, target.expr));
+    }
+    const mon::ChartSpec chart =
+        mon::PanelChart(panel, results, start, end,
+                        panel.type == "timeseries" ? markers : std::vector<mon::ChartMarker>{});
+    if (!dir.empty()) {
+      mon::WriteFileAtomically(dir + "/" + mon::PanelFileName(panel), mon::RenderChart(chart));
+    }
+  }
+  std::cout << "dashboard: " << panels.size() << " panels queried over " << end - start
+            << " s at a " << step << " s step, " << markers.size() << " membership markers"
+            << (dir.empty() ? "" : "; charts in " + dir) << std::endl;
+}
+
 TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   const std::string dir = FreshTempDir("job");
   // Prometheus first, scraping every 250 ms (an epoch here can take under 2 s:
@@ -105,7 +178,14 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
               elastic::monitoring::testing::RunfilePath("monitoring/prometheus.yml")),
           "127.0.0.1:" + std::to_string(metrics_port), "250ms"),
       dir + "/prometheus");
+  // Prometheus starts scraping a configured target only when its scrape
+  // manager next applies targets (up to 5 s after it is ready), and a short
+  // job's first epochs are over by then. Its first attempt records up == 0
+  // (nothing listens yet): from then on it scrapes every 250 ms.
+  prometheus.WaitUntil("the first scrape attempt",
+                       [&] { return prometheus.Scalar("up{job=\"elastic\"}").has_value(); });
 
+  const double job_start = UnixNow();
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
   // after the joiners took effect, however long they took to start.
   Process driver(
@@ -135,6 +215,9 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
       << driver.Output() << joiner.Output();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
+  const double job_end = UnixNow();
+  // First, so the charts are drawn even when a check below stops the test.
+  CheckAndDrawTheDashboard(prometheus, job_start, job_end);
 
   // What the driver printed.
   const std::string output = driver.Output();

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -61,8 +62,9 @@ std::string PrometheusServer::Url(const std::string& path) const {
   return "http://127.0.0.1:" + std::to_string(port_) + path;
 }
 
-PrometheusServer::QueryResult PrometheusServer::Query(const std::string& promql) const {
-  const HttpResponse response = HttpGet(Url("/api/v1/query?query=" + UrlEncode(promql)), 10);
+namespace {
+
+PrometheusServer::QueryResult ParseReply(const HttpResponse& response) {
   if (response.status == 0) return {std::nullopt, response.error};
   const nlohmann::json reply =
       nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
@@ -71,6 +73,25 @@ PrometheusServer::QueryResult PrometheusServer::Query(const std::string& promql)
     return {std::nullopt, reply.value("errorType", "") + ": " + reply.value("error", "")};
   }
   return {reply.at("data"), ""};
+}
+
+std::string Seconds(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.3f", value);
+  return buffer;
+}
+
+}  // namespace
+
+PrometheusServer::QueryResult PrometheusServer::Query(const std::string& promql) const {
+  return ParseReply(HttpGet(Url("/api/v1/query?query=" + UrlEncode(promql)), 10));
+}
+
+PrometheusServer::QueryResult PrometheusServer::QueryRange(const std::string& promql, double start,
+                                                           double end, double step) const {
+  return ParseReply(HttpGet(Url("/api/v1/query_range?query=" + UrlEncode(promql) + "&start=" +
+                                Seconds(start) + "&end=" + Seconds(end) + "&step=" + Seconds(step)),
+                            30));
 }
 
 std::optional<double> PrometheusServer::Scalar(const std::string& promql) const {

@@ -46,6 +46,9 @@ class PrometheusServer {
   };
   // GET /api/v1/query?query=...
   QueryResult Query(const std::string& promql) const;
+  // GET /api/v1/query_range: `promql` evaluated every `step` seconds from
+  // `start` to `end` (Unix seconds), as a Grafana panel asks.
+  QueryResult QueryRange(const std::string& promql, double start, double end, double step) const;
   // The value of a query that yields exactly one sample; nullopt otherwise.
   std::optional<double> Scalar(const std::string& promql) const;
 
