@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "monitoring/atomic_file.h"
 #include "monitoring/dashboard_render.h"
 #include "monitoring/testing/child_process.h"
 #include "monitoring/testing/prometheus_server.h"
 #include "monitoring/testing/runfiles.h"
+#include "runtime/atomic_file.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
 
@@ -158,7 +158,8 @@ void CheckAndDrawTheDashboard(const PrometheusServer& prometheus, double start, 
         mon::PanelChart(panel, results, start, end,
                         panel.type == "timeseries" ? markers : std::vector<mon::ChartMarker>{});
     if (!dir.empty()) {
-      mon::WriteFileAtomically(dir + "/" + mon::PanelFileName(panel), mon::RenderChart(chart));
+      elastic::runtime::WriteFileAtomically(dir + "/" + mon::PanelFileName(panel),
+                                            mon::RenderChart(chart));
     }
   }
   std::cout << "dashboard: " << panels.size() << " panels queried over " << end - start
