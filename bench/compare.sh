@@ -12,7 +12,11 @@
 # of the first 384 images, 64 test images; 0 skips it),
 # RESCALE (1; 0 skips the rescale rows), ALLREDUCE (1), OUT (a new temp dir; every
 # log is kept there), BAZEL (the bazel command, e.g. "bazel --output_base=..."),
-# OURS_BIN / ELASTIC_BIN / ALLREDUCE_BIN (use these binaries instead of building).
+# OURS_BIN / ELASTIC_BIN / ALLREDUCE_BIN (use these binaries instead of building),
+# PRECISION (auto: bf16 where this CPU has AMX-BF16 or AVX512-BF16, as our
+# --precision=auto; or fp32, bf16) and MEMORY_FORMAT (auto: each model's, as
+# our --memory-format=auto; or contiguous, channels-last): both sides get the
+# same, resolved here and passed explicitly.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -35,6 +39,11 @@ ALLREDUCE=${ALLREDUCE:-1}
 OUT=${OUT:-$(mktemp -d /tmp/compare.XXXXXX)}
 mkdir -p "$OUT"
 BAZEL=${BAZEL:-bazel}
+PRECISION=${PRECISION:-auto}
+MEMORY_FORMAT=${MEMORY_FORMAT:-auto}
+if [[ $PRECISION == auto ]]; then
+  if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then PRECISION=bf16; else PRECISION=fp32; fi
+fi
 export OMP_NUM_THREADS=1
 
 say() { echo "compare.sh: $*" >&2; }
@@ -61,6 +70,7 @@ fi
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "ours: $OURS_BIN; elastic: ${ELASTIC_BIN:-none}"
   echo "data: $DATA"
+  echo "precision: $PRECISION; memory format: $MEMORY_FORMAT (auto: per model, from --list-models)"
 } >"$OUT/meta.txt"
 
 # --- runs ---------------------------------------------------------------------
@@ -84,11 +94,19 @@ run() {
   [[ $rc -eq 0 ]] || say "$name exited with $rc (see $OUT/$name.log)"
 }
 
+# The memory format MODEL trains in on both sides: MEMORY_FORMAT, or for
+# auto the one our --list-models shows for it.
+memory_format() {
+  if [[ $MEMORY_FORMAT != auto ]]; then echo "$MEMORY_FORMAT"; return; fi
+  "$OURS_BIN" --list-models | awk -v m="$1" '$1 == m { print $3 }'
+}
+
 # ours WORKERS NAME MODEL FLAGS...
 ours() {
   local workers=$1 name=$2 model=$3; shift 3
   local common=(--model="$model" --dataset=cifar10 --data-dir="$DATA" --batch-size="$BATCH"
-                --threads=1 --loader-threads=1 --seed=0 --log-every=1000000 "$@")
+                --threads=1 --loader-threads=1 --seed=0 --log-every=1000000
+                --precision="$PRECISION" --memory-format="$(memory_format "$model")" "$@")
   if [[ -n "$ELASTIC_BIN" ]]; then
     run "$name" "$ELASTIC_BIN" --workers="$workers" "${common[@]}"
   elif [[ $workers -eq 1 ]]; then
@@ -108,7 +126,8 @@ ddp() {
   run "$name" "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes=1 \
     --rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id="compare$$" \
     --nproc_per_node="$workers" bench/ddp_peer.py --model="$model" --data-dir="$DATA" \
-    --batch-size="$BATCH" --threads=1 --seed=0 "$@"
+    --batch-size="$BATCH" --threads=1 --seed=0 --precision="$PRECISION" \
+    --memory-format="$(memory_format "$model")" "$@"
 }
 
 for w in 1 2; do

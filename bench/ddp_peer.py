@@ -81,7 +81,7 @@ class IndexSet:
         return self.n
 
 
-def evaluate(model, images, labels, rank, world, batch_size):
+def evaluate(model, images, labels, rank, world, batch_size, args):
     """Each rank evaluates its shard; the sums are all-reduced (as ours does)."""
     model.eval()
     correct = torch.zeros(3, dtype=torch.float64)  # correct, loss sum, count
@@ -89,7 +89,9 @@ def evaluate(model, images, labels, rank, world, batch_size):
         for start in range(rank * batch_size, images.shape[0], world * batch_size):
             x = (images[start:start + batch_size].float().div_(255) - MEAN) / STD
             y = labels[start:start + batch_size]
-            out = model(x)
+            x = x.contiguous(memory_format=memory_format(args))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                out = model(x).float()
             correct[0] += (out.argmax(1) == y).sum().item()
             correct[1] += F.cross_entropy(out, y, reduction="sum").item()
             correct[2] += y.numel()
@@ -129,6 +131,10 @@ def parse_args(argv=None):
     parser.add_argument("--no-eval", action="store_true", help="skip the test set")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="bf16: torch.autocast('cpu', torch.bfloat16) over forward and loss")
+    parser.add_argument("--memory-format", default="contiguous",
+                        choices=["contiguous", "channels-last"])
     parser.add_argument("--checkpoint", default="",
                         help="file rank 0 writes after each epoch and every "
                              "--checkpoint-every steps; a (re)started job resumes from it")
@@ -157,6 +163,10 @@ def init_world():
     return dist.get_rank(), dist.get_world_size()
 
 
+def memory_format(args):
+    return torch.channels_last if args.memory_format == "channels-last" else torch.contiguous_format
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -171,6 +181,7 @@ def main():
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if count != PARAMETERS[args.model]:
         sys.exit(f"ddp_peer: {args.model} has {count} parameters, expected {PARAMETERS[args.model]}")
+    model = model.to(memory_format=memory_format(args))
     images, labels = load_cifar10(args.data_dir)
     if args.train_samples > 0:
         images, labels = images[:args.train_samples], labels[:args.train_samples]
@@ -213,9 +224,11 @@ def main():
             samples_done = min(n, (i + 1) * global_batch)
             for group in optimizer.param_groups:
                 group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs)
+            x = x.contiguous(memory_format=memory_format(args))
             optimizer.zero_grad()
-            out = ddp(x)
-            loss = F.cross_entropy(out, y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                out = ddp(x)
+                loss = F.cross_entropy(out.float(), y)
             loss.backward()
             optimizer.step()
             loss_sum += loss.item() * y.numel()
@@ -234,7 +247,7 @@ def main():
             accuracy, test_loss = float("nan"), float("nan")
         else:
             accuracy, test_loss = evaluate(model, test_images, test_labels, rank, world,
-                                           args.batch_size)
+                                           args.batch_size, args)
         epoch_seconds = time.time() - epoch_start
         rate = images_seen / train_seconds if train_seconds > 0 else 0.0
         seen_here = max(images_seen // world, 1)

@@ -1,6 +1,9 @@
 """The PyTorch side of bench/train_step_bench: trains one model from Python
-on the same data, batch and thread count as the C++ trainer and prints its
-throughput as `images_per_second=<float>` on the last line.
+on the same data, batch, thread count, precision and memory format as the
+C++ trainer and prints its throughput as `images_per_second=<float>` on the
+last line, after `train_flops_per_image=<float>` (2 x the multiply-adds of
+every convolution and linear layer in one forward pass, x 3 for forward and
+backward: the usual count, which both sides share).
 
 Run with /usr/bin/python3 (Debian's python3-torch 1.13.1)."""
 
@@ -53,6 +56,35 @@ def augmented_batch(images, labels, index, generator):
     return (out - MEAN) / STD, labels[index]
 
 
+def forward_flops_per_image(model):
+    """2 x multiply-adds of the convolutions and linear layers for one 32x32 image."""
+    total = 0
+
+    def conv(module, inputs, output):
+        nonlocal total
+        kh, kw = module.kernel_size
+        total += 2 * output.numel() * (module.in_channels // module.groups) * kh * kw
+
+    def linear(module, inputs, output):
+        nonlocal total
+        total += 2 * output.numel() * module.in_features
+
+    handles = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            handles.append(m.register_forward_hook(conv))
+        elif isinstance(m, torch.nn.Linear):
+            handles.append(m.register_forward_hook(linear))
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 32, 32))
+    model.train(was_training)
+    for h in handles:
+        h.remove()
+    return total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", choices=sorted(MODELS), required=True)
@@ -63,12 +95,17 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--amp", action="store_true",
-                        help="float16 autocast + GradScaler on CUDA, bfloat16 autocast on CPU")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="autocast dtype (fp16: with GradScaler, CUDA only)")
+    parser.add_argument("--memory-format", default="contiguous",
+                        choices=["contiguous", "channels-last"])
     args = parser.parse_args()
     device = torch.device(args.device)
-    amp_dtype = torch.float16 if args.device == "cuda" else torch.bfloat16
-    scaler = torch.cuda.amp.GradScaler(enabled=args.amp and args.device == "cuda")
+    amp = args.precision != "fp32"
+    amp_dtype = torch.float16 if args.precision == "fp16" else torch.bfloat16
+    scaler = torch.cuda.amp.GradScaler(enabled=args.precision == "fp16")
+    memory_format = (torch.channels_last if args.memory_format == "channels-last"
+                     else torch.contiguous_format)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -76,6 +113,8 @@ def main():
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if count != PARAMETERS[args.model]:
         sys.exit(f"{args.model}: {count} parameters, expected {PARAMETERS[args.model]}")
+    flops = forward_flops_per_image(model)
+    model = model.to(memory_format=memory_format)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     images, labels = load_cifar10(args.data_dir)
     generator = torch.Generator().manual_seed(args.seed)
@@ -93,15 +132,18 @@ def main():
         position += args.batch_size
         x, y = augmented_batch(images, labels, index, generator)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x = x.contiguous(memory_format=memory_format)
         optimizer.zero_grad()
-        with torch.autocast(args.device, dtype=amp_dtype, enabled=args.amp):
+        with torch.autocast(args.device, dtype=amp_dtype, enabled=amp):
             loss = F.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
         loss.item()
     seconds = time.perf_counter() - start
-    print(f"model={args.model} threads={torch.get_num_threads()} parameters={count}")
+    print(f"model={args.model} threads={torch.get_num_threads()} parameters={count} "
+          f"precision={args.precision} memory_format={args.memory_format}")
+    print(f"train_flops_per_image={3 * flops:.0f}")
     print(f"images_per_second={args.steps * args.batch_size / seconds:.2f}")
 
 

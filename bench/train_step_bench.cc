@@ -1,9 +1,14 @@
 // train_step_bench: training throughput of our C++ step against PyTorch from
-// Python on the same models, batch, threads and data, then how long one epoch
-// of the real CIFAR-10 subset takes and the accuracy a fixed number of epochs
-// reaches. Not a test: it prints a table, the last line is the headline ratio.
+// Python on the same models, batch, threads, data, precision and memory format;
+// beside it our fp32 contiguous step (the default before --precision and
+// --memory-format), and each side's achieved FLOP/s against the machine's peak
+// (a large matmul on the same threads, fp32 and bf16). Then, optionally, the
+// memory-format sweep over the zoo that decides --memory-format=auto, and how
+// long epochs of the real CIFAR-10 subset take. Not a test: it prints tables;
+// the last line is the headline.
 //
-//   bazel run //bench:train_step_bench -- --threads=2
+//   bazel run -c opt //bench:train_step_bench -- --threads=1
+//   bazel run -c opt //bench:train_step_bench -- --sweep=all --models= --subset-epochs=0
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -14,18 +19,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "models/registry.h"
 #include "trainer/allocator.h"
+#include "trainer/amp.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
 #include "trainer/elastic/sampler.h"
 #include "trainer/flags.h"
 #include "trainer/learner.h"
+#include "trainer/precision.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -45,7 +53,19 @@ struct BenchOptions {
   std::string subset_model = "resnet8";
   int64_t subset_epochs = 10;
   std::string device = "cpu";
-  bool amp = false;
+  std::string precision = "auto";
+  std::string memory_format = "auto";
+  std::string sweep;  // models for the memory-format sweep; "all": the zoo
+};
+
+// One configuration of the step: what both sides run.
+struct Setting {
+  Precision precision = Precision::kFloat32;
+  bool channels_last = false;
+  std::string Name() const {
+    return std::string(PrecisionName(precision)) +
+           (channels_last ? " channels-last" : " contiguous");
+  }
 };
 
 std::vector<std::string> SplitList(const std::string& list) {
@@ -56,13 +76,14 @@ std::vector<std::string> SplitList(const std::string& list) {
   return out;
 }
 
-// Images per second of our Learner::Step, fed by our Loader, after warm-up.
+// Images per second of our Learner::Step at `setting`, fed by our Loader, after warm-up.
 double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset>& data,
-                   const BenchOptions& o) {
+                   const BenchOptions& o, const Setting& setting) {
   LoaderOptions loader_options;
   loader_options.batch_size = o.batch_size;
   loader_options.threads = static_cast<int>(o.loader_threads);
   loader_options.drop_last = true;
+  loader_options.channels_last = setting.channels_last;
   Loader loader(data, loader_options);
   ElasticSampler sampler(data->size(), 0);
 
@@ -73,7 +94,8 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
   learner_options.optimizer.weight_decay = 5e-4;
   learner_options.schedule.kind = ScheduleKind::kConstant;
   learner_options.schedule.base_lr = 0.1;
-  learner_options.amp = o.amp;
+  learner_options.precision = setting.precision;
+  learner_options.channels_last = setting.channels_last;
   SeedTorch(0);
   Learner learner(elastic::models::CreateModel(model, 10), learner_options,
                   ResolveDevice(o.device, 0));
@@ -96,28 +118,94 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
   return static_cast<double>(o.steps * o.batch_size) / seconds;
 }
 
-// Runs the Python peer and reads its `images_per_second=` line; 0 on failure.
-double MeasurePyTorch(const std::string& model, const BenchOptions& o) {
+struct PeerResult {
+  double images_per_second = 0;  // 0: the peer failed
+  double train_flops_per_image = 0;
+};
+
+double ValueAfter(const std::string& output, const std::string& key) {
+  const size_t at = output.rfind(key + "=");
+  return at == std::string::npos ? 0 : std::atof(output.c_str() + at + key.size() + 1);
+}
+
+// Runs the Python peer at `setting` and reads its last lines.
+PeerResult MeasurePyTorch(const std::string& model, const BenchOptions& o, const Setting& setting) {
   std::ostringstream command;
   command << "OMP_NUM_THREADS=" << o.threads << " " << o.python << " " << o.peer
           << " --model=" << model << " --data-dir=" << o.data_dir
           << " --batch-size=" << o.batch_size << " --threads=" << o.threads
           << " --warmup-steps=" << o.warmup_steps << " --steps=" << o.steps
-          << " --device=" << (o.device == "cpu" ? "cpu" : "cuda") << (o.amp ? " --amp" : "")
+          << " --device=" << (o.device == "cpu" ? "cpu" : "cuda")
+          << " --precision=" << PrecisionName(setting.precision)
+          << " --memory-format=" << (setting.channels_last ? "channels-last" : "contiguous")
           << " 2>&1";
+  PeerResult result;
   FILE* pipe = ::popen(command.str().c_str(), "r");
-  if (pipe == nullptr) return 0;
+  if (pipe == nullptr) return result;
   std::string output;
   std::array<char, 4096> buffer;
   for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
     output.append(buffer.data(), n);
   const int status = ::pclose(pipe);
-  const size_t at = output.rfind("images_per_second=");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || at == std::string::npos) {
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+      output.find("images_per_second=") == std::string::npos) {
     std::fprintf(stderr, "PyTorch peer failed (%s):\n%s\n", command.str().c_str(), output.c_str());
-    return 0;
+    return result;
   }
-  return std::atof(output.c_str() + at + std::strlen("images_per_second="));
+  result.images_per_second = ValueAfter(output, "images_per_second");
+  result.train_flops_per_image = ValueAfter(output, "train_flops_per_image");
+  return result;
+}
+
+// The machine's peak FLOP/s on these threads, as ATen reaches it: the best of
+// a few timed n x n matmuls (oneDNN's or the BLAS's GEMM) at `dtype`.
+double PeakFlops(torch::ScalarType dtype) {
+  constexpr int64_t n = 2048;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    int reps = 0;
+    double seconds = 0;
+    do {
+      c = torch::mm(a, b);
+      ++reps;
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (seconds < 0.5);
+    best = std::max(best, 2.0 * n * n * n * reps / seconds);
+  }
+  return best;
+}
+
+std::string Flops(double flops_per_image, double images_per_second, double peak) {
+  if (flops_per_image <= 0 || images_per_second <= 0) return "-";
+  const double achieved = flops_per_image * images_per_second;
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f (%.0f%%)", achieved / 1e9, 100 * achieved / peak);
+  return text;
+}
+
+// Contiguous against channels-last, fp32 and bf16, for each model: the
+// measurement behind models::PrefersChannelsLast.
+void SweepMemoryFormats(const std::vector<std::string>& models,
+                        const std::shared_ptr<const Dataset>& data, const BenchOptions& o) {
+  std::printf(
+      "\nmemory-format sweep (ours, img/s; channels-last / contiguous; auto today):\n\n"
+      "| model | fp32 contiguous | fp32 channels-last | ratio | bf16 contiguous | bf16 "
+      "channels-last | ratio | auto |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const std::string& model : models) {
+    double v[4];
+    for (int i = 0; i < 4; ++i) {
+      Setting setting{i < 2 ? Precision::kFloat32 : Precision::kBFloat16, i % 2 == 1};
+      v[i] = MeasureOurs(model, data, o, setting);
+    }
+    std::printf("| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s |\n", model.c_str(), v[0],
+                v[1], v[1] / v[0], v[2], v[3], v[3] / v[2],
+                elastic::models::PrefersChannelsLast(model) ? "channels-last" : "contiguous");
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -127,8 +215,10 @@ int main(int argc, char** argv) {
   BenchOptions o;
   FlagSet flags("train_step_bench",
                 "Training images/s of the C++ step vs PyTorch from Python (same models, batch, "
-                "threads, data), then epochs of the CIFAR-10 subset.");
-  flags.AddString("models", &o.models, "Comma-separated models to time.");
+                "threads, data, precision and memory format), against our fp32 contiguous step "
+                "and the machine's peak FLOP/s; then the memory-format sweep and epochs of the "
+                "CIFAR-10 subset.");
+  flags.AddString("models", &o.models, "Comma-separated models to time against the peer.");
   flags.AddString("data-dir", &o.data_dir,
                   "CIFAR-10 binary files (data_batch_*.bin, test_batch.bin).");
   flags.AddInt("batch-size", &o.batch_size, "Images per step.");
@@ -141,7 +231,15 @@ int main(int argc, char** argv) {
   flags.AddString("subset-model", &o.subset_model, "Model trained on the CIFAR-10 subset.");
   flags.AddInt("subset-epochs", &o.subset_epochs, "Epochs on the subset; 0: skip.");
   flags.AddString("device", &o.device, "cpu, cuda or cuda:N, both sides (--config=cuda build).");
-  flags.AddBool("amp", &o.amp, "Mixed precision, both sides (float16 + loss scaling on CUDA).");
+  flags.AddString("precision", &o.precision,
+                  "Both sides, as the trainer's --precision (auto: what the trainer picks here).",
+                  {"auto", "fp32", "bf16", "fp16"});
+  flags.AddString("memory-format", &o.memory_format,
+                  "Both sides, as the trainer's --memory-format (auto: per model, as the trainer).",
+                  {"auto", "contiguous", "channels-last"});
+  flags.AddString("sweep", &o.sweep,
+                  "Models (comma-separated, or all) to time in fp32 and bf16, contiguous and "
+                  "channels-last: the measurement behind --memory-format=auto.");
   try {
     flags.Parse(argc, argv);
   } catch (const FlagError& e) {
@@ -165,29 +263,70 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return 1;
   }
+  const torch::Device device = ResolveDevice(o.device, 0);
+  const CpuFeatures cpu = DetectCpuFeatures();
+  PrecisionChoice precision;
+  try {
+    precision = ChoosePrecision(o.precision, device.is_cuda(), cpu);
+  } catch (const FlagError& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 2;
+  }
 
+  const double peak_fp32 = device.is_cpu() ? PeakFlops(torch::kFloat32) : 0;
+  const double peak_bf16 = device.is_cpu() ? PeakFlops(torch::kBFloat16) : 0;
   std::printf(
-      "training throughput on %s%s, batch %lld, %lld compute threads, %lld CIFAR-10 images "
-      "from %s, SGD momentum 0.9\n\n",
-      o.device.c_str(), o.amp ? " with --amp" : "", static_cast<long long>(o.batch_size),
-      static_cast<long long>(o.threads), static_cast<long long>(train->size()), o.data_dir.c_str());
+      "training throughput on %s (%s), batch %lld, %lld compute threads, %lld CIFAR-10 images "
+      "from %s, SGD momentum 0.9\nprecision %s (%s)\n",
+      o.device.c_str(), DescribeCpu(cpu).c_str(), static_cast<long long>(o.batch_size),
+      static_cast<long long>(o.threads), static_cast<long long>(train->size()), o.data_dir.c_str(),
+      PrecisionName(precision.precision), precision.why.c_str());
+  if (peak_fp32 > 0) {
+    std::printf(
+        "peak of this machine on %lld threads (2048 x 2048 matmul in ATen): fp32 %.1f GFLOP/s, "
+        "bf16 %.1f GFLOP/s\n",
+        static_cast<long long>(o.threads), peak_fp32 / 1e9, peak_bf16 / 1e9);
+  }
   std::printf(
-      "| model | parameters | C++ (ours) img/s | PyTorch (Python) img/s | ours / PyTorch |\n");
-  std::printf("| --- | --- | --- | --- | --- |\n");
-  double ratio_product = 1;
-  int ratios = 0;
+      "\n| model | setting (both sides) | train GFLOP/img | ours fp32 contiguous img/s | ours "
+      "img/s | ours / fp32 contiguous | PyTorch img/s | ours / PyTorch | ours GFLOP/s (of peak) "
+      "| PyTorch GFLOP/s (of peak) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+      "--- |\n");
+  double vs_peer = 1, vs_fp32 = 1;
+  int peer_ratios = 0, fp32_ratios = 0;
   for (const std::string& model : SplitList(o.models)) {
-    const int64_t parameters =
-        elastic::models::CountParameters(*elastic::models::CreateModel(model, 10));
-    const double ours = MeasureOurs(model, train, o);
-    const double theirs = MeasurePyTorch(model, o);
-    std::printf("| %s | %lld | %.1f | %.1f | %.2fx |\n", model.c_str(),
-                static_cast<long long>(parameters), ours, theirs, theirs > 0 ? ours / theirs : 0);
+    Setting setting;
+    setting.precision = precision.precision;
+    setting.channels_last =
+        ChooseChannelsLast(o.memory_format, elastic::models::PrefersChannelsLast(model));
+    const double peak = setting.precision == Precision::kFloat32 ? peak_fp32 : peak_bf16;
+    const double baseline = MeasureOurs(model, train, o, Setting{});
+    const double ours = MeasureOurs(model, train, o, setting);
+    const PeerResult theirs = MeasurePyTorch(model, o, setting);
+    const double flops = theirs.train_flops_per_image;
+    std::printf("| %s | %s | %.3f | %.1f | %.1f | %.2fx | %.1f | %.2fx | %s | %s |\n",
+                model.c_str(), setting.Name().c_str(), flops / 1e9, baseline, ours, ours / baseline,
+                theirs.images_per_second,
+                theirs.images_per_second > 0 ? ours / theirs.images_per_second : 0,
+                Flops(flops, ours, peak).c_str(),
+                Flops(flops, theirs.images_per_second, peak).c_str());
     std::fflush(stdout);
-    if (theirs > 0) {
-      ratio_product *= ours / theirs;
-      ++ratios;
+    vs_fp32 *= ours / baseline;
+    ++fp32_ratios;
+    if (theirs.images_per_second > 0) {
+      vs_peer *= ours / theirs.images_per_second;
+      ++peer_ratios;
     }
+  }
+
+  if (!o.sweep.empty()) {
+    std::vector<std::string> models;
+    if (o.sweep == "all") {
+      for (const auto& info : elastic::models::AvailableModels()) models.push_back(info.name);
+    } else {
+      models = SplitList(o.sweep);
+    }
+    SweepMemoryFormats(models, train, o);
   }
 
   if (o.subset_epochs > 0) {
@@ -201,7 +340,8 @@ int main(int argc, char** argv) {
     t.loader_threads = o.loader_threads;
     t.log_every = 1000000;
     t.device = o.device;
-    t.amp = o.amp;
+    t.precision = o.precision;
+    t.memory_format = o.memory_format;
     std::printf("\n%s on the CIFAR-10 subset, %lld epochs (SGD lr 0.1, cosine, batch %lld):\n",
                 t.model.c_str(), static_cast<long long>(t.epochs),
                 static_cast<long long>(t.batch_size));
@@ -216,11 +356,12 @@ int main(int argc, char** argv) {
         seconds / static_cast<double>(result.epochs_completed), result.train_images_per_second,
         100 * result.last_eval.accuracy(), static_cast<long long>(result.epochs_completed));
   }
-  if (ratios > 0) {
+  if (fp32_ratios > 0) {
     std::printf(
-        "\nheadline: ours / PyTorch training throughput, geometric mean over %d models: "
-        "%.2fx\n",
-        ratios, std::pow(ratio_product, 1.0 / ratios));
+        "\nheadline: ours at our defaults / ours fp32 contiguous = %.2fx, ours / PyTorch at the "
+        "same settings = %.2fx (geometric means over %d models)\n",
+        std::pow(vs_fp32, 1.0 / fp32_ratios),
+        peer_ratios > 0 ? std::pow(vs_peer, 1.0 / peer_ratios) : 0.0, fp32_ratios);
   }
   return 0;
 }

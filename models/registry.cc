@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include <functional>
+#include <set>
 #include <stdexcept>
 
 #include "models/zoo.h"
@@ -76,6 +77,21 @@ std::shared_ptr<Net> CreateModel(const std::string& name, int64_t num_classes) {
     valid += (valid.empty() ? "" : ", ") + e.info.name;
   }
   throw std::invalid_argument("unknown model '" + name + "'; valid models: " + valid);
+}
+
+bool PrefersChannelsLast(const std::string& name) {
+  // train_step_bench --sweep=all (batch 32, 1 thread, AMD Zen 5 with
+  // AVX512-BF16, docs/benchmarks.md): channels-last was faster in fp32 and in
+  // bf16 for these, by 1.02x (preactresnet18) to 1.62x (regnetx_200mf, bf16).
+  // Not for vgg16 (0.97x / 0.98x: within noise, so unchanged) nor dpn92
+  // (0.89x / 0.81x: its dual paths concatenate along channels, which in NHWC
+  // memory is a strided copy of every pixel).
+  static const std::set<std::string> faster = {"resnet8",     "resnet18",        "resnet50",
+                                               "resnet101",   "regnetx_200mf",   "regnety_400mf",
+                                               "mobilenetv2", "resnext29_32x4d", "resnext29_2x64d",
+                                               "simpledla",   "densenet121",     "preactresnet18",
+                                               "dla"};
+  return faster.count(name) > 0;
 }
 
 int64_t CountParameters(const torch::nn::Module& module) {

@@ -23,6 +23,11 @@ const std::vector<ModelInfo>& AvailableModels();
 // unknown model and listing the valid names.
 std::shared_ptr<Net> CreateModel(const std::string& name, int64_t num_classes = 10);
 
+// Whether `name` trains faster with channels-last memory (NHWC) than
+// contiguous (NCHW): --memory-format=auto. Measured per model with
+// `train_step_bench --sweep=all` (docs/benchmarks.md); false for unknown names.
+bool PrefersChannelsLast(const std::string& name);
+
 // Number of trainable parameters (requires_grad), counted over all submodules.
 int64_t CountParameters(const torch::nn::Module& module);
 

@@ -252,17 +252,17 @@ TEST(ElasticTest, ANewJobDoesNotReplaceAnEarlierCheckpoint) {
 TEST(ElasticTest, KillNonZeroRankMidEpoch) { KillMidEpoch(1); }
 TEST(ElasticTest, KillRankZeroMidEpoch) { KillMidEpoch(0); }
 
-// --global-batch with --amp (bf16 autocast): every step takes 100 samples
+// --global-batch with --precision=bf16: every step takes 100 samples
 // whatever the world (31 steps an epoch), split 34/33/33 over three workers and
 // 50/50 over two after a kill, each share trained in micro-batches of at most
 // --batch-size=32 with one allreduce per step. The job learns and the
 // invariants hold across the failure.
-TEST(ElasticTest, GlobalBatchWithAmpSurvivesAKill) {
+TEST(ElasticTest, GlobalBatchWithBf16SurvivesAKill) {
   const std::string dir = FreshTempDir("global");
   std::vector<std::string> args = JobArgs(dir, 3, 2);
   std::replace(args.begin(), args.end(), std::string("--lr=0.05"), std::string("--lr=0.1"));
   args.push_back("--global-batch=100");
-  args.push_back("--amp");
+  args.push_back("--precision=bf16");
   Process driver(args, dir + "/driver.log");
   const pid_t victim = WorkerPid(driver, 1, 1);
   ASSERT_GT(victim, 0) << driver.Output();
@@ -278,6 +278,10 @@ TEST(ElasticTest, GlobalBatchWithAmpSurvivesAKill) {
   EXPECT_NE(output.find("epoch 2/2 step 31/31"), std::string::npos) << output;
   // Ten classes: chance is 10%; 62 steps of 100 samples reach far above it.
   EXPECT_GE(FinalAccuracy(output), 40.0) << output;
+  // Each worker says what it computes in; the epoch lines end with rank 0's.
+  EXPECT_NE(output.find("precision bf16 (--precision=bf16"), std::string::npos) << output;
+  EXPECT_TRUE(std::regex_search(output, std::regex("epoch 2/2 world 2 \\|.*\\| bf16, ")))
+      << output;
   ExpectOneChecksumPerGeneration(output);
   CheckSamples(dir, 2);
 }

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace elastic::trainer {
 namespace {
@@ -38,30 +39,45 @@ void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
 
 }  // namespace
 
-void CheckAutocastSupported(const torch::Device& device) {
+namespace {
+
+at::ScalarType AutocastType(Precision precision) {
+  return precision == Precision::kFloat16 ? at::kHalf : at::kBFloat16;
+}
+
+}  // namespace
+
+void CheckAutocastSupported(const torch::Device& device, Precision precision) {
+  if (precision == Precision::kFloat32) return;
+  const std::string what = std::string("--precision=") + PrecisionName(precision);
   if (!device.is_cpu() && !device.is_cuda()) {
-    throw std::runtime_error("--amp: autocast is supported on CPU and CUDA only, not on " +
+    throw std::runtime_error(what + ": autocast is supported on CPU and CUDA only, not on " +
                              device.str());
+  }
+  if (precision == Precision::kFloat16 && device.is_cpu()) {
+    throw std::runtime_error(what + ": fp16 autocast is for CUDA; on a CPU use bf16 or fp32");
   }
   // Ask the dispatcher, rather than trusting headers: one autocast-eligible op
   // must come back in the lower precision.
   torch::NoGradGuard no_grad;
-  AutocastScope scope(device, true);
+  AutocastScope scope(device, precision);
   torch::Tensor a = torch::ones({2, 2}, torch::TensorOptions().device(device));
-  const at::ScalarType want = device.is_cuda() ? at::kHalf : at::kBFloat16;
+  const at::ScalarType want = AutocastType(precision);
   if (torch::mm(a, a).scalar_type() != want) {
-    throw std::runtime_error(std::string("--amp: this LibTorch does not autocast to ") +
-                             c10::toString(want) + " on " + device.str());
+    throw std::runtime_error(what + ": this LibTorch does not autocast to " + c10::toString(want) +
+                             " on " + device.str());
   }
 }
 
-AutocastScope::AutocastScope(const torch::Device& device, bool enabled)
-    : cuda_(device.is_cuda()), enabled_(enabled) {
+AutocastScope::AutocastScope(const torch::Device& device, Precision precision)
+    : cuda_(device.is_cuda()),
+      enabled_(precision != Precision::kFloat32),
+      dtype_(AutocastType(precision)) {
   if (!enabled_) return;
   const at::DeviceType type = cuda_ ? at::kCUDA : at::kCPU;
   previous_ = AutocastEnabled(type);
   previous_dtype_ = AutocastDtype(type);
-  SetAutocastDtype(type, cuda_ ? at::kHalf : at::kBFloat16);
+  SetAutocastDtype(type, dtype_);
   SetAutocastEnabled(type, true);
   at::autocast::increment_nesting();
 }

@@ -1,11 +1,11 @@
 // Mixed precision: autocast for the forward pass and dynamic loss scaling.
 //
-// On CUDA, autocast runs eligible ops in float16, whose small range makes
-// gradients underflow; the loss is multiplied by a scale before backward, the
-// gradients divided by it after, and the scale adapts: halved (and the step
-// skipped) when a gradient overflows, doubled after `growth_interval` clean
-// steps, as torch.cuda.amp.GradScaler does. On CPU, autocast uses bfloat16,
-// which has float32's range, so no scaling is needed.
+// With fp16 (CUDA), autocast runs eligible ops in float16, whose small range
+// makes gradients underflow; the loss is multiplied by a scale before
+// backward, the gradients divided by it after, and the scale adapts: halved
+// (and the step skipped) when a gradient overflows, doubled after
+// `growth_interval` clean steps, as torch.cuda.amp.GradScaler does. bf16 has
+// float32's range, so no scaling is needed. Which precision: precision.h.
 #pragma once
 
 #include <torch/serialize/input-archive.h>
@@ -15,16 +15,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "trainer/precision.h"
+
 namespace elastic::trainer {
 
-// Throws std::runtime_error when this LibTorch cannot autocast on `device`.
-void CheckAutocastSupported(const torch::Device& device);
+// Throws std::runtime_error when this LibTorch cannot autocast to
+// `precision` on `device` (fp16 on a CPU, a device without autocast).
+void CheckAutocastSupported(const torch::Device& device, Precision precision);
 
-// Autocast on `device` for the current thread while in scope (nothing when
-// !enabled). Only the forward pass and the loss belong inside it.
+// Autocast to `precision` on `device` for the current thread while in scope
+// (nothing for fp32). Only the forward pass and the loss belong inside it.
 class AutocastScope {
  public:
-  AutocastScope(const torch::Device& device, bool enabled);
+  AutocastScope(const torch::Device& device, Precision precision);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -32,6 +35,7 @@ class AutocastScope {
  private:
   bool cuda_ = false;
   bool enabled_ = false;
+  at::ScalarType dtype_ = at::kFloat;
   bool previous_ = false;
   at::ScalarType previous_dtype_ = at::kFloat;
 };

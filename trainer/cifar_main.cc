@@ -40,14 +40,17 @@ constexpr char kSummary[] =
     "and checkpoints; the elastic flags are refused there.";
 
 int ListModels() {
-  std::printf("%-18s %14s  %s\n", "model", "parameters", "architecture");
+  std::printf("%-18s %14s  %-14s %s\n", "model", "parameters", "memory format", "architecture");
   for (const elastic::models::ModelInfo& info : elastic::models::AvailableModels()) {
     const int64_t count =
         elastic::models::CountParameters(*elastic::models::CreateModel(info.name, 10));
-    std::printf("%-18s %14lld  %s\n", info.name.c_str(), static_cast<long long>(count),
+    std::printf("%-18s %14lld  %-14s %s\n", info.name.c_str(), static_cast<long long>(count),
+                elastic::models::PrefersChannelsLast(info.name) ? "channels-last" : "contiguous",
                 info.paper.c_str());
   }
-  std::printf("(parameter counts for 10 classes)\n");
+  std::printf(
+      "(parameter counts for 10 classes; memory format: what --memory-format=auto picks, "
+      "measured per model)\n");
   return 0;
 }
 

@@ -51,7 +51,7 @@ void EvalResult::Merge(const EvalResult& other) {
 }
 
 EvalResult Evaluate(models::Net& model, Loader& loader, const std::vector<int64_t>& indices,
-                    int64_t num_classes, const torch::Device& device, bool amp) {
+                    int64_t num_classes, const torch::Device& device, Precision precision) {
   EvalResult result(num_classes);
   const bool was_training = model.is_training();
   model.eval();
@@ -60,7 +60,7 @@ EvalResult Evaluate(models::Net& model, Loader& loader, const std::vector<int64_
   while (std::optional<Batch> batch = loader.Next()) {
     torch::Tensor logits;
     {
-      AutocastScope autocast(device, amp);
+      AutocastScope autocast(device, precision);
       logits = model.forward(batch->images.to(device));
     }
     result.Add(logits, batch->labels);

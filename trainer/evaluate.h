@@ -12,6 +12,7 @@
 
 #include "models/net.h"
 #include "trainer/data/loader.h"
+#include "trainer/precision.h"
 
 namespace elastic::trainer {
 
@@ -39,8 +40,8 @@ struct EvalResult {
 };
 
 // Runs the model in eval mode without gradients over every batch of
-// `loader`'s pass over `indices` (autocast with `amp`).
+// `loader`'s pass over `indices` (autocast to `precision`).
 EvalResult Evaluate(models::Net& model, Loader& loader, const std::vector<int64_t>& indices,
-                    int64_t num_classes, const torch::Device& device, bool amp);
+                    int64_t num_classes, const torch::Device& device, Precision precision);
 
 }  // namespace elastic::trainer

@@ -82,6 +82,18 @@ void SetCpuRngState(std::string_view bytes) {
 
 }  // namespace
 
+void ToChannelsLast(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  // set_data keeps each parameter the same autograd variable (the optimizer
+  // and the gradient hooks hold it); only its memory is laid out anew.
+  for (torch::Tensor& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+  for (torch::Tensor& b : model.buffers()) {
+    if (b.dim() == 4) b.set_data(b.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
 void SeedTorch(uint64_t seed) { torch::manual_seed(seed); }
 
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
@@ -99,12 +111,11 @@ Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, tor
       stopper_(options_.patience) {
   if (!model_) throw std::invalid_argument("Learner: no model");
   model_->to(device_);
+  if (options_.channels_last) ToChannelsLast(*model_);
   params_ = model_->parameters();
   optimizer_ = MakeOptimizer(params_, options_.optimizer);
-  if (options_.amp) {
-    CheckAutocastSupported(device_);
-    if (device_.is_cuda()) scaler_ = std::make_unique<DynamicLossScaler>();
-  }
+  CheckAutocastSupported(device_, options_.precision);
+  if (options_.precision == Precision::kFloat16) scaler_ = std::make_unique<DynamicLossScaler>();
 }
 
 StepStats Learner::Step(const torch::Tensor& images, const torch::Tensor& labels,
@@ -123,11 +134,13 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
 
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const MicroBatch& micro = micro_batches[i];
-    const torch::Tensor x = micro.images.to(device_, /*non_blocking=*/true);
+    torch::Tensor x = micro.images.to(device_, /*non_blocking=*/true);
+    // Nothing to do for a loader that builds channels-last batches.
+    if (options_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor y = micro.labels.to(device_, /*non_blocking=*/true);
     torch::Tensor logits;
     {
-      AutocastScope autocast(device_, options_.amp);
+      AutocastScope autocast(device_, options_.precision);
       logits = model_->forward(x);
     }
     const torch::Tensor loss = CrossEntropy(logits, y, options_.label_smoothing);

@@ -33,7 +33,11 @@ struct LearnerOptions {
   int64_t patience = 0;  // early stopping; 0: off
   double label_smoothing = 0;
   double clip_grad = 0;  // max global L2 norm; 0: off
-  bool amp = false;
+  // Autocast's precision (precision.h); master weights, gradients and the
+  // state stay float32.
+  Precision precision = Precision::kFloat32;
+  // Convolution weights and inputs in channels-last memory (NHWC).
+  bool channels_last = false;
   uint64_t seed = 0;
 };
 
@@ -75,14 +79,18 @@ struct StepStats {
   bool skipped = false;  // the loss scaler found inf/NaN gradients; no update was made
 };
 
+// Lays out every 4-d parameter and buffer of `model` in channels-last memory.
+void ToChannelsLast(torch::nn::Module& model);
+
 class Learner {
  public:
-  // Moves the model to `device`. Throws when --amp is not supported there.
+  // Moves the model to `device` (and its 4-d weights to channels-last memory
+  // when asked). Throws when `options.precision` is not supported there.
   Learner(std::shared_ptr<models::Net> model, LearnerOptions options, torch::Device device);
 
   // One optimizer step on a batch: learning rate from the schedule at
   // `epochs_done` (the fractional epoch this step ends at), forward (under
-  // autocast with --amp), label-smoothed cross-entropy, backward, `hook`,
+  // autocast to the precision), label-smoothed cross-entropy, backward, `hook`,
   // loss-scale check, gradient clipping, optimizer step.
   StepStats Step(const torch::Tensor& images, const torch::Tensor& labels, double epochs_done,
                  GradientHook* hook = nullptr);
@@ -127,7 +135,7 @@ class Learner {
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule schedule_;
   EarlyStopping stopper_;
-  std::unique_ptr<DynamicLossScaler> scaler_;  // only for --amp on CUDA
+  std::unique_ptr<DynamicLossScaler> scaler_;  // only for fp16
   TrainingProgress progress_;
 };
 

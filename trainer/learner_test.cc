@@ -127,15 +127,15 @@ TEST(LossScalerTest, BacksOffOnOverflowAndGrowsAfterCleanSteps) {
 }
 
 TEST(AutocastTest, CpuAutocastRunsMatmulInBfloat16OnlyInsideTheScope) {
-  ASSERT_NO_THROW(CheckAutocastSupported(torch::kCPU));
+  ASSERT_NO_THROW(CheckAutocastSupported(torch::kCPU, Precision::kBFloat16));
   const torch::Tensor a = torch::ones({4, 4});
   {
-    AutocastScope scope(torch::kCPU, true);
+    AutocastScope scope(torch::kCPU, Precision::kBFloat16);
     EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
   }
   EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
   {
-    AutocastScope off(torch::kCPU, false);
+    AutocastScope off(torch::kCPU, Precision::kFloat32);
     EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
   }
 }
@@ -177,6 +177,15 @@ std::unique_ptr<Learner> MakeLearner(uint64_t seed, LearnerOptions options = Sma
   return std::make_unique<Learner>(models::CreateModel(model, 10), options, device);
 }
 
+// Equal values, whatever the memory layout of either.
+bool SameParameters(const Learner& a, const Learner& b) {
+  const std::vector<torch::Tensor> x = a.parameters(), y = b.parameters();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!x[i].equal(y[i])) return false;
+  return true;
+}
+
 struct FixedBatches {
   FixedBatches() {
     torch::manual_seed(123);
@@ -206,10 +215,10 @@ TEST(LearnerTest, RepeatedStepsOnOneBatchLowerItsLoss) {
   EXPECT_LT(last, first * 0.5);
 }
 
-TEST(LearnerTest, AmpOnCpuTrainsInBfloat16) {
+TEST(LearnerTest, Bf16OnCpuTrainsWithFloat32Weights) {
   FixedBatches data;
   LearnerOptions o = SmallOptions();
-  o.amp = true;
+  o.precision = Precision::kBFloat16;
   auto learner = MakeLearner(1, o);
   const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
   double last = first.loss_sum;
@@ -217,6 +226,56 @@ TEST(LearnerTest, AmpOnCpuTrainsInBfloat16) {
   EXPECT_FALSE(first.skipped);
   EXPECT_LT(last, first.loss_sum * 0.6);
   for (const auto& p : learner->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+}
+
+TEST(LearnerTest, Fp16OnCpuIsRefusedNamingThePrecision) {
+  LearnerOptions o = SmallOptions();
+  o.precision = Precision::kFloat16;
+  try {
+    MakeLearner(1, o);
+    FAIL() << "fp16 on a CPU must be refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision=fp16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LearnerTest, ChannelsLastTrainsLikeContiguousAndItsStateRestoresEitherWay) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  auto contiguous = MakeLearner(1, o);
+  o.channels_last = true;
+  auto channels_last = MakeLearner(1, o);
+  int four_d = 0;
+  for (const auto& p : channels_last->parameters()) {
+    if (p.dim() != 4) continue;
+    ++four_d;
+    EXPECT_TRUE(p.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+  EXPECT_GT(four_d, 0);
+  // Same seed, same data: the same model, whatever its memory layout.
+  EXPECT_TRUE(SameParameters(*contiguous, *channels_last));
+  for (int i = 0; i < 5; ++i) {
+    const StepStats a = contiguous->Step(data.images[0], data.labels[0], 1.0);
+    const StepStats b = channels_last->Step(data.images[0], data.labels[0], 1.0);
+    // Other convolution kernels sum in another order: close, not bit-equal.
+    EXPECT_NEAR(a.loss_sum / a.count, b.loss_sum / b.count, 1e-3) << "step " << i;
+  }
+  for (const auto& p : channels_last->parameters()) {
+    if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+  // A channels-last worker's state restores into a contiguous one and back:
+  // elastic workers on different CPUs may choose differently.
+  o.channels_last = false;
+  auto restored = MakeLearner(2, o);
+  restored->RestoreState(channels_last->CaptureState());
+  EXPECT_TRUE(SameParameters(*restored, *channels_last));
+  o.channels_last = true;
+  auto back = MakeLearner(3, o);
+  back->RestoreState(restored->CaptureState());
+  EXPECT_TRUE(SameParameters(*back, *restored));
+  for (const auto& p : back->parameters()) {
+    if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  }
 }
 
 TEST(DeviceTest, SpecsResolveToWhatThisMachineHas) {
@@ -244,11 +303,11 @@ TEST(DeviceTest, SpecsResolveToWhatThisMachineHas) {
   if (!torch::cuda::is_available()) \
   GTEST_SKIP() << "skipped, needs a CUDA LibTorch and a GPU (--config=cuda on a GPU machine)"
 
-TEST(LearnerTest, AmpOnCudaTrainsInFloat16WithLossScaling) {
+TEST(LearnerTest, Fp16OnCudaTrainsWithLossScaling) {
   SKIP_WITHOUT_CUDA();
   FixedBatches data;
   LearnerOptions o = SmallOptions();
-  o.amp = true;
+  o.precision = Precision::kFloat16;
   auto learner = MakeLearner(1, o, "resnet8", torch::Device(torch::kCUDA, 0));
   const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
   double last = first.loss_sum;

@@ -45,12 +45,13 @@ TEST(FlagsTest, DefaultsArePytorchCifarRecipe) {
 
 TEST(FlagsTest, ParsesBothSyntaxesAndBoolForms) {
   const TrainOptions o = Parse({"--lr=0.05", "--epochs", "3", "--nesterov", "--no-augment",
-                                "--amp=true", "--model", "resnet8", "--optimizer=adam"});
+                                "--precision", "bf16", "--model", "resnet8", "--optimizer=adam"});
   EXPECT_DOUBLE_EQ(o.lr, 0.05);
   EXPECT_EQ(o.epochs, 3);
   EXPECT_TRUE(o.nesterov);
   EXPECT_FALSE(o.augment);
-  EXPECT_TRUE(o.amp);
+  EXPECT_EQ(o.precision, "bf16");
+  EXPECT_EQ(o.memory_format, "auto");
   EXPECT_EQ(o.model, "resnet8");
   EXPECT_EQ(o.optimizer, "adam");
 }

@@ -55,10 +55,10 @@ void ProgressReporter::EndEpoch(const EpochSummary& s) {
   ClearLiveLine();
   std::fprintf(out_,
                "epoch %lld/%lld train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | "
-               "%.0f img/s %.1fs lr %.4g\n",
+               "%.0f img/s %.1fs lr %.4g%s%s\n",
                static_cast<long long>(s.epoch), static_cast<long long>(s.epochs), s.train_loss,
                100 * s.train_accuracy, s.test_loss, 100 * s.test_accuracy, s.images_per_second,
-               s.seconds, s.lr);
+               s.seconds, s.lr, s.arithmetic.empty() ? "" : " | ", s.arithmetic.c_str());
   std::fflush(out_);
 }
 

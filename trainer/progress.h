@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 namespace elastic::trainer {
 
@@ -20,6 +21,7 @@ struct EpochSummary {
   double images_per_second = 0;
   double seconds = 0;
   double lr = 0;
+  std::string arithmetic;  // e.g. "bf16, channels-last" (trainer.h, Arithmetic)
 };
 
 class ProgressReporter {

@@ -55,9 +55,17 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "Clip the global L2 norm of the gradients to this value; 0: off.");
   f.AddBool("augment", &o.augment,
             "Random crop (4-pixel padding) and horizontal flip of training images.");
-  f.AddBool("amp", &o.amp,
-            "Mixed precision: float16 autocast with dynamic loss scaling on CUDA, bfloat16 "
-            "autocast on CPU.");
+  f.AddString("precision", &o.precision,
+              "Precision of the forward pass (autocast; weights, gradients, their allreduce and "
+              "checkpoints stay fp32). auto: bf16 on a CPU with AMX-BF16 or AVX512-BF16, fp32 on "
+              "other CPUs and on CUDA. bf16: bfloat16 autocast (emulated, and slow, on a CPU "
+              "without them). fp16: float16 autocast with dynamic loss scaling, CUDA only.",
+              {"auto", "fp32", "bf16", "fp16"});
+  f.AddString("memory-format", &o.memory_format,
+              "Memory format of images and convolution weights. auto: channels-last for the "
+              "models measured faster with it (--list-models shows which), contiguous for the "
+              "others.",
+              {"auto", "contiguous", "channels-last"});
   f.AddInt("seed", &o.seed, "Seed of every random choice (weights, order, augmentation).");
   f.AddString("checkpoint-dir", &o.checkpoint_dir,
               "Directory for checkpoint.ckpt (written atomically); empty: no checkpoints.");

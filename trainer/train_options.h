@@ -51,8 +51,12 @@ struct TrainOptions {
   double label_smoothing = 0;
   double clip_grad = 0;  // max global gradient norm; 0: off
   bool augment = true;
-  bool amp = false;
   int64_t seed = 0;
+
+  // Arithmetic (trainer/precision.h): autocast's precision and the memory
+  // format of convolutions; auto decides from the CPU and the model.
+  std::string precision = "auto";      // auto, fp32, bf16, fp16
+  std::string memory_format = "auto";  // auto, contiguous, channels-last
 
   // Checkpoints.
   std::string checkpoint_dir;

@@ -80,7 +80,30 @@ class ReduceGradients : public GradientHook {
 
 }  // namespace
 
-LearnerOptions MakeLearnerOptions(const TrainOptions& o, int64_t num_classes) {
+std::string Arithmetic::Summary() const {
+  return std::string(PrecisionName(precision)) +
+         (channels_last ? ", channels-last" : ", contiguous");
+}
+
+Arithmetic ChooseArithmetic(const TrainOptions& o, const torch::Device& device) {
+  Arithmetic a;
+  const PrecisionChoice precision =
+      ChoosePrecision(o.precision, device.is_cuda(), DetectCpuFeatures());
+  a.precision = precision.precision;
+  const bool prefers = models::PrefersChannelsLast(o.model);
+  a.channels_last = ChooseChannelsLast(o.memory_format, prefers);
+  a.why = std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
+          "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
+          (o.memory_format != "auto"
+               ? "--memory-format=" + o.memory_format
+               : "auto: " + o.model +
+                     (prefers ? " measured faster channels-last" : " measured faster contiguous")) +
+          ")";
+  return a;
+}
+
+LearnerOptions MakeLearnerOptions(const TrainOptions& o, int64_t num_classes,
+                                  const Arithmetic& arithmetic) {
   LearnerOptions l;
   l.model_name = o.model;
   l.num_classes = num_classes;
@@ -106,7 +129,8 @@ LearnerOptions MakeLearnerOptions(const TrainOptions& o, int64_t num_classes) {
   l.patience = o.patience;
   l.label_smoothing = o.label_smoothing;
   l.clip_grad = o.clip_grad;
-  l.amp = o.amp;
+  l.precision = arithmetic.precision;
+  l.channels_last = arithmetic.channels_last;
   l.seed = static_cast<uint64_t>(o.seed);
   return l;
 }
@@ -142,10 +166,14 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<const Dataset> tra
   // learning rate grows with it (the linear scaling rule, as the elastic trainer).
   TrainOptions scaled = options_;
   scaled.lr = options_.lr * world_size_;
+  const torch::Device device = ResolveDevice(options_.device, LocalRank());
+  arithmetic_ = ChooseArithmetic(options_, device);
+  std::fprintf(out, "training %s on %s: %s\n", options_.model.c_str(), device.str().c_str(),
+               arithmetic_.why.c_str());
   SeedTorch(static_cast<uint64_t>(options_.seed));
-  learner_ = std::make_unique<Learner>(models::CreateModel(options_.model, train_->num_classes()),
-                                       MakeLearnerOptions(scaled, train_->num_classes()),
-                                       ResolveDevice(options_.device, LocalRank()));
+  learner_ = std::make_unique<Learner>(
+      models::CreateModel(options_.model, train_->num_classes()),
+      MakeLearnerOptions(scaled, train_->num_classes(), arithmetic_), device);
   RestoreOrSync(out);
   sampler_ = std::make_unique<ElasticSampler>(train_size_, learner_->seed());
 
@@ -154,6 +182,7 @@ Trainer::Trainer(const TrainOptions& options, std::shared_ptr<const Dataset> tra
   train_loader.augment = options_.augment;
   train_loader.threads = static_cast<int>(options_.loader_threads);
   train_loader.seed = learner_->seed();
+  train_loader.channels_last = arithmetic_.channels_last;
   train_loader_ = std::make_unique<Loader>(train_, train_loader);
   LoaderOptions test_loader = train_loader;
   test_loader.augment = false;
@@ -327,7 +356,7 @@ EvalResult Trainer::EvaluateAll() {
   EvalResult result(classes);
   if (!test_indices_.empty()) {
     result = Evaluate(learner_->model(), *test_loader_, test_indices_, classes, learner_->device(),
-                      options_.amp);
+                      arithmetic_.precision);
   }
   if (world_ == nullptr) return result;
   // Sums add up exactly (EvalResult holds no ratios).
@@ -380,6 +409,7 @@ TrainResult Trainer::Run() {
     summary.test_accuracy = result.last_eval.accuracy();
     summary.images_per_second = train_seconds > 0 ? static_cast<double>(seen) / train_seconds : 0;
     summary.seconds = reporter_->epoch_seconds();
+    summary.arithmetic = arithmetic_.Summary();
     summary.lr = learner_->schedule().LearningRate(static_cast<double>(p.epoch) +
                                                    static_cast<double>(p.position) /
                                                        static_cast<double>(train_size_));

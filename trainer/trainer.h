@@ -33,8 +33,19 @@ class GradientReducer;
 
 namespace elastic::trainer {
 
+// What a run computes in on `device`: --precision and --memory-format
+// resolved against this CPU (precision.h) and the model (models/registry.h).
+struct Arithmetic {
+  Precision precision = Precision::kFloat32;
+  bool channels_last = false;
+  std::string Summary() const;  // "bf16, channels-last": the epoch lines' tail
+  std::string why;              // how each was chosen: a run's first lines
+};
+Arithmetic ChooseArithmetic(const TrainOptions& options, const torch::Device& device);
+
 // The Learner's configuration from the flags.
-LearnerOptions MakeLearnerOptions(const TrainOptions& options, int64_t num_classes);
+LearnerOptions MakeLearnerOptions(const TrainOptions& options, int64_t num_classes,
+                                  const Arithmetic& arithmetic);
 
 struct TrainResult {
   int64_t epochs_completed = 0;
@@ -90,6 +101,7 @@ class Trainer {
   int64_t train_size_;
   std::vector<int64_t> test_indices_;
   std::vector<std::string> class_names_;
+  Arithmetic arithmetic_;
   std::unique_ptr<Learner> learner_;
   std::unique_ptr<ElasticSampler> sampler_;
   std::unique_ptr<Loader> train_loader_;

@@ -26,7 +26,10 @@ Augmentation AugmentationFor(uint64_t seed, uint64_t epoch, int64_t index) {
 }
 
 void AugmentAndNormalize(const uint8_t* src, const Augmentation& aug, const Normalization& norm,
-                         float* dst) {
+                         float* dst, bool channels_last) {
+  // Where value (c, y, x) goes: c * channel_step + (y * kSide + x) * pixel_step.
+  const int channel_step = channels_last ? 1 : kSide * kSide;
+  const int pixel_step = channels_last ? 3 : 1;
   for (int c = 0; c < 3; ++c) {
     // Every output value is one of 256 per channel: look them up.
     float table[256];
@@ -34,12 +37,12 @@ void AugmentAndNormalize(const uint8_t* src, const Augmentation& aug, const Norm
     const float padding = table[0];  // zero padding is a black pixel, normalised like one
 
     const uint8_t* plane = src + c * kSide * kSide;
-    float* out = dst + c * kSide * kSide;
+    float* out = dst + c * channel_step;
     for (int y = 0; y < kSide; ++y) {
       const int sy = y + aug.dy - kCropPadding;  // row in the unpadded image
-      float* out_row = out + y * kSide;
+      float* out_row = out + y * kSide * pixel_step;
       if (sy < 0 || sy >= kSide) {
-        for (int x = 0; x < kSide; ++x) out_row[x] = padding;
+        for (int x = 0; x < kSide; ++x) out_row[x * pixel_step] = padding;
         continue;
       }
       const uint8_t* row = plane + sy * kSide;
@@ -48,7 +51,7 @@ void AugmentAndNormalize(const uint8_t* src, const Augmentation& aug, const Norm
         // RandomHorizontalFlip do in the pytorch-cifar pipeline.
         const int wx = aug.flip ? kSide - 1 - x : x;
         const int sx = wx + aug.dx - kCropPadding;
-        out_row[x] = (sx < 0 || sx >= kSide) ? padding : table[row[sx]];
+        out_row[x * pixel_step] = (sx < 0 || sx >= kSide) ? padding : table[row[sx]];
       }
     }
   }

@@ -24,8 +24,9 @@ Augmentation AugmentationFor(uint64_t seed, uint64_t epoch, int64_t index);
 inline constexpr Augmentation kNoAugmentation = {};
 
 // Writes image `src` (uint8 3x32x32, CHW) cropped, flipped and normalised
-// into `dst` (float 3x32x32, CHW).
+// into `dst` (float 3x32x32): CHW, or HWC when `channels_last` (the layout of
+// one image of an NCHW tensor in torch's channels-last memory format).
 void AugmentAndNormalize(const uint8_t* src, const Augmentation& aug, const Normalization& norm,
-                         float* dst);
+                         float* dst, bool channels_last = false);
 
 }  // namespace elastic::trainer

@@ -127,7 +127,10 @@ Batch Loader::BuildBatch(const Pass& pass, int64_t batch_index) const {
 
   Batch batch;
   batch.indices.assign(pass.indices.begin() + begin, pass.indices.begin() + end);
-  batch.images = torch::empty({b, 3, 32, 32}, torch::kFloat32);
+  batch.images = torch::empty(
+      {b, 3, 32, 32}, torch::TensorOptions(torch::kFloat32)
+                          .memory_format(options_.channels_last ? torch::MemoryFormat::ChannelsLast
+                                                                : torch::MemoryFormat::Contiguous));
   batch.labels = torch::empty({b}, torch::kInt64);
 
   const uint8_t* images = dataset_->images().data_ptr<uint8_t>();
@@ -139,7 +142,8 @@ Batch Loader::BuildBatch(const Pass& pass, int64_t batch_index) const {
     const int64_t sample = batch.indices[i];
     const Augmentation aug =
         options_.augment ? AugmentationFor(options_.seed, pass.epoch, sample) : kNoAugmentation;
-    AugmentAndNormalize(images + sample * kImageBytes, aug, norm, out + i * kImageBytes);
+    AugmentAndNormalize(images + sample * kImageBytes, aug, norm, out + i * kImageBytes,
+                        options_.channels_last);
     out_labels[i] = labels[sample];
   }
   return batch;

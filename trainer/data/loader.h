@@ -37,6 +37,9 @@ struct LoaderOptions {
   int prefetch = 4;  // batches built ahead of the consumer, at most
   uint64_t seed = 0;
   bool drop_last = false;  // drop a short last batch
+  // Batches in torch's channels-last memory format (NHWC in memory), for a
+  // model whose convolutions run channels-last: no conversion in the step.
+  bool channels_last = false;
 };
 
 class Loader {

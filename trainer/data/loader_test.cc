@@ -182,6 +182,29 @@ TEST(Loader, SameBatchesWhateverTheThreadCount) {
   EXPECT_FALSE(one[0].images.equal(one[12].images));
 }
 
+TEST(Loader, ChannelsLastBatchesHoldTheSameValuesInNhwcMemory) {
+  auto ds = std::make_shared<CountingDataset>(50);
+  auto run = [&](bool channels_last) {
+    Loader loader(ds, {.batch_size = 16, .threads = 2, .seed = 3, .channels_last = channels_last});
+    loader.Start(Iota(50), 1);
+    return Drain(loader);
+  };
+  const std::vector<Batch> nchw = run(false), nhwc = run(true);
+  ASSERT_EQ(nchw.size(), 4u);
+  ASSERT_EQ(nhwc.size(), nchw.size());
+  for (size_t i = 0; i < nchw.size(); ++i) {
+    EXPECT_TRUE(nchw[i].images.is_contiguous());
+    EXPECT_TRUE(nhwc[i].images.is_contiguous(torch::MemoryFormat::ChannelsLast)) << "batch " << i;
+    EXPECT_FALSE(nhwc[i].images.is_contiguous()) << "batch " << i;
+    EXPECT_TRUE(nchw[i].images.equal(nhwc[i].images)) << "batch " << i;  // same augmentation
+    EXPECT_EQ(nchw[i].indices, nhwc[i].indices);
+  }
+  // Memory order: channels are innermost, so (n, c=1, y=0, x=0) follows (n, c=0, y=0, x=0).
+  const float* raw = nhwc[0].images.data_ptr<float>();
+  EXPECT_EQ(raw[1], nhwc[0].images[0][1][0][0].item<float>());
+  EXPECT_EQ(raw[3], nhwc[0].images[0][0][0][1].item<float>());
+}
+
 TEST(Loader, PrefetchIsBounded) {
   auto ds = std::make_shared<CountingDataset>(1000);
   Loader loader(ds, {.batch_size = 10, .threads = 3, .prefetch = 4});

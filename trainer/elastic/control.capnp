@@ -92,6 +92,7 @@ struct EpochSummary {
   testAccuracy @6 :Float64;
   imagesPerSecond @7 :Float64;
   seconds @8 :Float64;
+  arithmetic @9 :Text;    # rank 0's precision and memory format, e.g. "bf16, channels-last"
 }
 
 # Rank 0 -> controller (tell "commit"), at every commit point.

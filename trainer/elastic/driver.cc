@@ -376,10 +376,11 @@ void ControllerActor::OnEpoch(const std::string& payload) {
   char line[512];
   std::snprintf(line, sizeof(line),
                 "epoch %lld/%lld world %d | train loss %.4f acc %.2f%% | test loss %.4f acc "
-                "%.2f%% | %.0f img/s | %.1fs",
+                "%.2f%% | %.0f img/s | %.1fs%s%s",
                 static_cast<long long>(e.getEpoch()), static_cast<long long>(e.getEpochs()),
                 e.getWorld(), e.getTrainLoss(), 100 * e.getTrainAccuracy(), e.getTestLoss(),
-                100 * e.getTestAccuracy(), e.getImagesPerSecond(), e.getSeconds());
+                100 * e.getTestAccuracy(), e.getImagesPerSecond(), e.getSeconds(),
+                e.getArithmetic().size() > 0 ? " | " : "", e.getArithmetic().cStr());
   reporter_.Note(line);
   EpochReport report;
   report.epoch = e.getEpoch();

@@ -82,11 +82,11 @@ TEST(ElasticOptionsTest, GlobalBatchNeedsASampleForEveryWorker) {
   ExpectFlagError(o, "--global-batch");
 }
 
-TEST(ElasticOptionsTest, AmpIsAccepted) {
+TEST(ElasticOptionsTest, Bf16IsAccepted) {
   ElasticOptions o;
   o.workers = 2;
   TrainOptions train;
-  train.amp = true;
+  train.precision = "bf16";
   ValidateElasticOptions(o, train);  // bf16 autocast on CPU; gradients stay float32
 }
 

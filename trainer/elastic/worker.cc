@@ -301,6 +301,7 @@ class Worker {
   uint32_t worker_index_;  // on its node: picks the GPU with --device=cuda
   uint64_t member_id_ = 0;
   torch::Device device_{torch::kCPU};
+  Arithmetic arithmetic_;       // precision and memory format, chosen once per process
   int64_t wedge_at_step_ = -1;  // ELASTIC_TEST_WEDGE_STEP
   StepWatchdog watchdog_;
 
@@ -708,8 +709,10 @@ EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
     options.augment = false;
     options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
     options.seed = learner_->seed();
+    options.channels_last = arithmetic_.channels_last;
     Loader loader(test_set_, options);
-    result = Evaluate(learner_->model(), loader, shard, classes, learner_->device(), train_.amp);
+    result = Evaluate(learner_->model(), loader, shard, classes, learner_->device(),
+                      arithmetic_.precision);
   }
   double sums[3] = {result.loss_sum, static_cast<double>(result.correct),
                     static_cast<double>(result.count)};
@@ -751,6 +754,7 @@ void Worker::ReportEpoch(const EvalResult& eval, int world, double eval_seconds)
     m.setTestAccuracy(eval.accuracy());
     m.setImagesPerSecond(commit_.train_seconds > 0 ? commit_.seen / commit_.train_seconds : 0);
     m.setSeconds(commit_.train_seconds + eval_seconds);
+    m.setArithmetic(arithmetic_.Summary());
   });
 }
 
@@ -804,6 +808,7 @@ Worker::EpochRun Worker::StartEpochRun(const StepShape& shape) {
   options.augment = train_.augment;
   options.threads = static_cast<int>(std::max<int64_t>(1, train_.loader_threads));
   options.seed = learner_->seed();
+  options.channels_last = arithmetic_.channels_last;
   run.loader = std::make_unique<Loader>(train_set_, options);
   run.loader->Start(RankSamples(*sampler_, run.permutation, p.position, shape),
                     static_cast<uint64_t>(p.epoch));
@@ -1024,9 +1029,9 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
     TrainOptions scaled = train_;
     if (elastic_.global_batch == 0) scaled.lr = train_.lr * world;
     SeedTorch(static_cast<uint64_t>(train_.seed));
-    learner_ =
-        std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
-                                  MakeLearnerOptions(scaled, train_set_->num_classes()), device_);
+    learner_ = std::make_unique<Learner>(
+        models::CreateModel(train_.model, train_set_->num_classes()),
+        MakeLearnerOptions(scaled, train_set_->num_classes(), arithmetic_), device_);
     if (LoadSource(order, rank)) {
       Sync(*comm, rank, order.source.kind == SourceKind::kMember ? order.source.rank : 0);
       if (rank == 0) {
@@ -1079,6 +1084,7 @@ int Worker::Run() {
   }
   wedge_at_step_ = WedgeStepFromEnvironment(worker_index_);
   device_ = ResolveDevice(train_.device, worker_index_);
+  arithmetic_ = ChooseArithmetic(train_, device_);
   train_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTrain);
   test_set_ = LoadDataset(train_.dataset, train_.data_dir, Split::kTest);
   train_size_ = Limit(train_set_->size(), train_.train_samples);
@@ -1098,9 +1104,9 @@ int Worker::Run() {
   // The model before the first sync: a freshly seeded one (rank 0's is what
   // everyone gets, and only at the very start of a job).
   SeedTorch(static_cast<uint64_t>(train_.seed));
-  learner_ =
-      std::make_unique<Learner>(models::CreateModel(train_.model, train_set_->num_classes()),
-                                MakeLearnerOptions(train_, train_set_->num_classes()), device_);
+  learner_ = std::make_unique<Learner>(
+      models::CreateModel(train_.model, train_set_->num_classes()),
+      MakeLearnerOptions(train_, train_set_->num_classes(), arithmetic_), device_);
   commit_.learner = learner_->CaptureState();
 
   const runtime::WorkerEnvironment env = runtime::WorkerEnvironment::FromEnvironment();
@@ -1115,7 +1121,7 @@ int Worker::Run() {
     if (client_->connected()) throw;
     Reconnect();
   }
-  Log("training on %s", device_.str().c_str());
+  Log("training on %s: %s", device_.str().c_str(), arithmetic_.why.c_str());
   if (!elastic_.log_samples.empty()) {
     MakeDirectories(elastic_.log_samples);
     const std::string path =

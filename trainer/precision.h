@@ -1,0 +1,53 @@
+// The arithmetic of the training step: the precision autocast computes in and
+// the memory format of images and convolution weights. Master weights,
+// gradients, their allreduce and checkpoints stay float32 whatever is chosen.
+//
+// The defaults are decided here, as pure functions of what the machine can do,
+// so a run says what it chose and why, and tests pin the rules without a CPU
+// of each kind.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace elastic::trainer {
+
+enum class Precision {
+  kFloat32,
+  kBFloat16,  // autocast to bfloat16 (float32's range: no loss scaling)
+  kFloat16,   // CUDA only: autocast to float16 with dynamic loss scaling
+};
+
+// "fp32", "bf16", "fp16".
+const char* PrecisionName(Precision precision);
+
+// What this CPU runs natively, from cpuid and the OS's enabled register state.
+struct CpuFeatures {
+  bool avx512_bf16 = false;  // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4/5)
+  bool amx_bf16 = false;     // AMX tiles with bf16 (Sapphire Rapids and later)
+};
+CpuFeatures DetectCpuFeatures();
+// "AMX-BF16 and AVX512-BF16", "AVX512-BF16", or "no bf16 instructions".
+std::string DescribeCpu(const CpuFeatures& cpu);
+
+struct PrecisionChoice {
+  Precision precision = Precision::kFloat32;
+  std::string why;  // one clause for the first lines of a run
+};
+
+// --precision: auto picks bf16 on a CPU that runs it natively (AMX-BF16 or
+// AVX512-BF16) and fp32 on every other CPU and on CUDA (where fp16 and bf16
+// are a choice the user makes); fp32/bf16/fp16 force it. Throws FlagError
+// (naming --precision) for an unknown value or fp16 on a CPU.
+PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const CpuFeatures& cpu);
+
+// Values of --precision, for --help.
+std::vector<std::string> PrecisionValues();
+
+// --memory-format: auto picks channels-last for the models where it was
+// measured faster at `precision` (models/registry.h, PrefersChannelsLast);
+// contiguous / channels-last force it. Throws FlagError for an unknown value.
+bool ChooseChannelsLast(const std::string& requested, bool model_prefers_channels_last);
+std::vector<std::string> MemoryFormatValues();
+
+}  // namespace elastic::trainer
