@@ -280,8 +280,7 @@ TEST(ElasticTest, GlobalBatchWithBf16SurvivesAKill) {
   EXPECT_GE(FinalAccuracy(output), 40.0) << output;
   // Each worker says what it computes in; the epoch lines end with rank 0's.
   EXPECT_NE(output.find("precision bf16 (--precision=bf16"), std::string::npos) << output;
-  EXPECT_TRUE(std::regex_search(output, std::regex("epoch 2/2 world 2 \\|.*\\| bf16, ")))
-      << output;
+  EXPECT_TRUE(std::regex_search(output, std::regex("epoch 2/2 world 2 \\|.*\\| bf16, "))) << output;
   ExpectOneChecksumPerGeneration(output);
   CheckSamples(dir, 2);
 }

@@ -122,8 +122,7 @@ TEST_F(FashionMnist, Bf16ReachesTheAccuracyOfFp32) {
     return result.last_eval.accuracy();
   };
   const double fp32 = run("fp32"), bf16 = run("bf16");
-  std::printf("test accuracy after 150 steps: fp32 %.2f%%, bf16 %.2f%%\n", 100 * fp32,
-              100 * bf16);
+  std::printf("test accuracy after 150 steps: fp32 %.2f%%, bf16 %.2f%%\n", 100 * fp32, 100 * bf16);
   EXPECT_GE(fp32, 0.75);
   EXPECT_NEAR(bf16, fp32, 0.025);
 }
