@@ -31,11 +31,14 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride
   }
 }
 
+// In place after batch norm: its backward needs its input, not its output,
+// so ReLU and the residual add may overwrite the output (as torchvision's
+// ReLU(inplace=True) does), which saves a pass over memory per op.
 torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
-  torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+  torch::Tensor out = bn1_(conv1_(x)).relu_();
   out = bn2_(conv2_(out));
-  out = out + (shortcut_ ? shortcut_->forward(x) : x);
-  return torch::relu(out);
+  out.add_(shortcut_ ? shortcut_->forward(x) : x);
+  return out.relu_();
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride)
@@ -51,11 +54,11 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride
 }
 
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
-  torch::Tensor out = torch::relu(bn1_(conv1_(x)));
-  out = torch::relu(bn2_(conv2_(out)));
+  torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place: see BasicBlockImpl::forward
+  out = bn2_(conv2_(out)).relu_();
   out = bn3_(conv3_(out));
-  out = out + (shortcut_ ? shortcut_->forward(x) : x);
-  return torch::relu(out);
+  out.add_(shortcut_ ? shortcut_->forward(x) : x);
+  return out.relu_();
 }
 
 RootImpl::RootImpl(int64_t in_channels, int64_t out_channels)

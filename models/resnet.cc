@@ -26,7 +26,7 @@ class ResNet : public Net {
         linear_(register_module("linear", nn::Linear(512 * Block::kExpansion, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place after BN: layers.cc
     out = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(out))));
     out = torch::avg_pool2d(out, 4).flatten(1);
     return linear_(out);

@@ -23,7 +23,7 @@ class ResNet8 : public Net {
         linear_(register_module("linear", nn::Linear(64, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place after BN: layers.cc
     out = layer3_(layer2_(layer1_(out)));
     out = torch::adaptive_avg_pool2d(out, {1, 1}).flatten(1);
     return linear_(out);
