@@ -30,19 +30,9 @@ command -v node >/dev/null || die "node is missing (apt-get install nodejs npm)"
 command -v npm >/dev/null || die "npm is missing (apt-get install nodejs npm)"
 python3 -c "import yaml" 2>/dev/null || die "PyYAML is missing (apt-get install python3-yaml)"
 
-stamp="$cache/installed"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]; then
-  echo "validate.sh: installing ${packages[*]} into $cache"
-  mkdir -p "$cache"
-  [ -f "$cache/package.json" ] \
-    || echo '{"name": "elastic-k8s-validate", "private": true}' > "$cache/package.json"
-  # Fail in minutes, not after npm's default retries, and say why.
-  npm install --prefix "$cache" --no-audit --no-fund --loglevel=error \
-    --fetch-retries=1 --fetch-timeout=60000 "${packages[@]}" >&2 \
-    || die "npm install failed (is the npm registry reachable? where TLS is" \
-      "intercepted, NODE_EXTRA_CA_CERTS must name the CA bundle)"
-  echo "${packages[*]}" > "$stamp"
-fi
+# shellcheck source=tools/npm_pinned.sh
+source "$here/../../tools/npm_pinned.sh"
+install_pinned "$cache" elastic-k8s-validate "${packages[@]}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -38,19 +38,9 @@ if [ -f "$compose" ]; then
     || die "docker-compose.yml runs grafana/grafana:$image but the schema is ${packages[0]}"
 fi
 
-stamp="$cache/installed"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]; then
-  echo "validate.sh: installing ${packages[*]} into $cache"
-  mkdir -p "$cache"
-  [ -f "$cache/package.json" ] \
-    || echo '{"name": "elastic-grafana-validate", "private": true}' > "$cache/package.json"
-  # Fail in minutes, not after npm's default retries, and say why.
-  npm install --prefix "$cache" --no-audit --no-fund --loglevel=error \
-    --fetch-retries=1 --fetch-timeout=60000 "${packages[@]}" >&2 \
-    || die "npm install failed (is the npm registry reachable? where TLS is" \
-      "intercepted, NODE_EXTRA_CA_CERTS must name the CA bundle)"
-  echo "${packages[*]}" > "$stamp"
-fi
+# shellcheck source=tools/npm_pinned.sh
+source "$here/../../tools/npm_pinned.sh"
+install_pinned "$cache" elastic-grafana-validate "${packages[@]}"
 
 if [ $# -eq 0 ]; then
   set -- "$here"/dashboards/*.json
