@@ -884,7 +884,9 @@ void Worker::ReportStep(bool first_step, int64_t steps_in_epoch, const StepShape
     });
   }
   progress_shape_ = {steps_in_epoch, shape.world, shape.step_samples, lr};
-  ReportProgress();
+  // The step before a boundary is reported by the boundary, with the numbers
+  // of the commit that counts it: reporting it here too printed it twice.
+  if (StepsRemain(limits_, Point())) ReportProgress();
 }
 
 Worker::Boundary Worker::EpochBoundary(Communicator& comm, const StepShape& shape) {
