@@ -152,6 +152,10 @@ fi
 if [[ $ALLREDUCE -eq 1 ]]; then
   run allreduce "$ALLREDUCE_BIN" --ranks=2 --max_mb=64 --rebuild_ranks=2 --cycles=3
 fi
+# The machine's peak at PRECISION on one thread and each model's FLOPs, for
+# the fraction-of-peak rows.
+"$PY" bench/peak_flops.py --precision="$PRECISION" --models="$MODEL,resnet18" --threads=1 \
+  >"$OUT/peak.json" 2>"$OUT/peak.log" || say "peak measurement failed, see $OUT/peak.log"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 
 # --- the table ----------------------------------------------------------------
@@ -159,6 +163,10 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 import glob, json, os, re, statistics, sys
 
 out, model, epochs, target, batch, r18_samples, data = sys.argv[1:]
+try:
+    PEAK = json.load(open(os.path.join(out, "peak.json")))
+except (OSError, ValueError):
+    PEAK = None
 epochs, target, batch = int(epochs), float(target), int(batch)
 TRAIN_IMAGES = sum(os.path.getsize(f) // 3073 for f in glob.glob(os.path.join(data, "data_batch_*.bin")))
 # Ours, single-process:  "epoch 3/10 train loss ... | test loss L acc A% | R img/s Ts lr X"
@@ -275,6 +283,19 @@ for m in models:
     p2d = d2 / 2 if d2 else None
     rows.append((f"{m} images/s per worker, 2 workers", num(p2o) if p2o else "-",
                  num(p2d) if p2d else "-", ratio(p2o, p2d)))
+    if PEAK and m in PEAK["train_flops_per_image"]:
+        # One worker's training rate (as each reports it) x FLOPs per image,
+        # against one thread's peak: each worker has one compute thread.
+        if m == model:
+            ro, rd = reported_rate(ours1), reported_rate(ddp1)
+        else:
+            ro, rd = o1, d1
+        fraction = lambda r: r * PEAK["train_flops_per_image"][m] / PEAK["peak_flops"] if r else None
+        fo, fd = fraction(ro), fraction(rd)
+        rows.append((f"{m} fraction of the machine's {PEAK['precision']} peak "
+                     f"({PEAK['peak_flops'] / 1e9:.0f} GFLOP/s on 1 thread), 1 worker",
+                     num(fo, "{:.0%}") if fo else "-", num(fd, "{:.0%}") if fd else "-",
+                     ratio(fo, fd)))
     eo = o2 / (2 * o1) if o1 and o2 else None
     ed = d2 / (2 * d1) if d1 and d2 else None
     rows.append((f"{m} scaling efficiency 1 -> 2 workers", num(eo, "{:.0%}") if eo else "-",
