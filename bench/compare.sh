@@ -19,7 +19,7 @@
 # same, resolved here and passed explicitly.
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 DATA=${1:-${CIFAR10_SUBSET:-$ROOT/../shared/data/cifar10-subset}}
 if [[ ! -f "$DATA/data_batch_1.bin" || ! -f "$DATA/test_batch.bin" ]]; then
