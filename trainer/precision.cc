@@ -66,7 +66,7 @@ PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const C
     if (cuda) return {Precision::kFloat32, "auto on CUDA (fp16 or bf16 with --precision)"};
     if (native_bf16) {
       return {Precision::kBFloat16,
-              "auto: this CPU has " + DescribeCpu(cpu) + " (--precision=fp32 to turn it off)"};
+              "auto: this CPU has " + DescribeCpu(cpu) + "; --precision=fp32 turns it off"};
     }
     return {Precision::kFloat32, "auto: this CPU has no AMX-BF16 or AVX512-BF16"};
   }
