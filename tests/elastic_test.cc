@@ -292,6 +292,9 @@ std::string HangRankOneForThreeSeconds(const std::string& name, const std::strin
   const std::string dir = FreshTempDir(name);
   std::vector<std::string> args = JobArgs(dir, 2, epochs);
   args.push_back("--heartbeat-timeout=" + timeout);
+  // Collectives time out at half of it: a rank left in one by its peer's
+  // abort waits at most 10 s, not 60 (docs/operations.md).
+  args.push_back("--step-timeout=20");
   Process driver(args, dir + "/driver.log");
   const pid_t victim = WorkerPid(driver, 1, 1);
   EXPECT_GT(victim, 0) << driver.Output();
@@ -319,14 +322,16 @@ TEST(ElasticTest, PauseWithinTheHeartbeatTimeoutIsNotAFailure) {
 // A worker silent for longer is declared failed by the head; the survivor
 // restores the last commit and goes on alone. The silent process, when it
 // wakes up, finds its connection closed, reconnects as a new member with its
-// commit and is admitted again at the next epoch boundary. Four epochs: on a
-// fast machine the survivor alone trains one or two of them before then.
+// commit and is admitted again at the next epoch boundary. Eight epochs and
+// --step-timeout=20 (collectives time out after 10 s): the woken process
+// sometimes (1 run in 8 here) stays in its old collective until that timeout
+// before it notices, and bf16 trains 4 epochs alone in about 7 s.
 TEST(ElasticTest, WorkerSilentPastTheHeartbeatTimeoutIsAFailure) {
-  const std::string output = HangRankOneForThreeSeconds("hang", "0.5", 4);
+  const std::string output = HangRankOneForThreeSeconds("hang", "0.5", 8);
   EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << output;
   EXPECT_NE(output.find("world 1"), std::string::npos) << output;
   EXPECT_NE(output.find("reconnected to the head after"), std::string::npos) << output;
-  EXPECT_NE(output.find("epoch 4/4 world 2"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 8/8 world 2"), std::string::npos) << output;
 }
 
 // The job stops (SIGTERM to the driver) one epoch after the joiners took
