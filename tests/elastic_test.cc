@@ -293,8 +293,8 @@ std::string HangRankOneForThreeSeconds(const std::string& name, const std::strin
   std::vector<std::string> args = JobArgs(dir, 2, epochs);
   args.push_back("--heartbeat-timeout=" + timeout);
   // Collectives time out at half of it: a rank left in one by its peer's
-  // abort waits at most 10 s, not 60 (docs/operations.md).
-  args.push_back("--step-timeout=20");
+  // abort waits at most 5 s, not 60 (docs/operations.md).
+  args.push_back("--step-timeout=10");
   Process driver(args, dir + "/driver.log");
   const pid_t victim = WorkerPid(driver, 1, 1);
   EXPECT_GT(victim, 0) << driver.Output();
@@ -322,16 +322,16 @@ TEST(ElasticTest, PauseWithinTheHeartbeatTimeoutIsNotAFailure) {
 // A worker silent for longer is declared failed by the head; the survivor
 // restores the last commit and goes on alone. The silent process, when it
 // wakes up, finds its connection closed, reconnects as a new member with its
-// commit and is admitted again at the next epoch boundary. Eight epochs and
-// --step-timeout=20 (collectives time out after 10 s): the woken process
-// sometimes (1 run in 8 here) stays in its old collective until that timeout
-// before it notices, and bf16 trains 4 epochs alone in about 7 s.
+// commit and is admitted again at the next epoch boundary. Ten epochs and
+// --step-timeout=10 (collectives time out after 5 s): the woken process
+// sometimes (1 run in 8 to 16 here) stays in its old collective until that
+// timeout before it notices, and bf16 trains an epoch alone in about 1.6 s.
 TEST(ElasticTest, WorkerSilentPastTheHeartbeatTimeoutIsAFailure) {
-  const std::string output = HangRankOneForThreeSeconds("hang", "0.5", 8);
+  const std::string output = HangRankOneForThreeSeconds("hang", "0.5", 10);
   EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << output;
   EXPECT_NE(output.find("world 1"), std::string::npos) << output;
   EXPECT_NE(output.find("reconnected to the head after"), std::string::npos) << output;
-  EXPECT_NE(output.find("epoch 8/8 world 2"), std::string::npos) << output;
+  EXPECT_NE(output.find("epoch 10/10 world 2"), std::string::npos) << output;
 }
 
 // The job stops (SIGTERM to the driver) one epoch after the joiners took
