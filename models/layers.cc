@@ -2,6 +2,8 @@
 
 #include <torch/nn/modules/activation.h>
 
+#include "models/batch_norm_act.h"
+
 namespace elastic::models {
 
 namespace nn = torch::nn;
@@ -31,14 +33,22 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride
   }
 }
 
-// In place after batch norm: its backward needs its input, not its output,
-// so ReLU and the residual add may overwrite the output (as torchvision's
-// ReLU(inplace=True) does), which saves a pass over memory per op.
+namespace {
+
+// x through the projection (1x1 conv, batch norm), or x itself.
+torch::Tensor Shortcut(nn::Sequential& shortcut, const torch::Tensor& x) {
+  if (!shortcut) return x;
+  auto& conv = *shortcut[0]->as<nn::Conv2dImpl>();
+  auto& bn = *shortcut[1]->as<nn::BatchNorm2dImpl>();
+  return BatchNormAct(bn, conv.forward(x), Activation::kIdentity);
+}
+
+}  // namespace
+
+// Batch norm, the residual add and ReLU in one pass (batch_norm_act.h).
 torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
-  torch::Tensor out = bn1_(conv1_(x)).relu_();
-  out = bn2_(conv2_(out));
-  out.add_(shortcut_ ? shortcut_->forward(x) : x);
-  return out.relu_();
+  torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+  return BatchNormAct(*bn2_, conv2_(out), Activation::kRelu, Shortcut(shortcut_, x));
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride)
@@ -54,11 +64,9 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride
 }
 
 torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
-  torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place: see BasicBlockImpl::forward
-  out = bn2_(conv2_(out)).relu_();
-  out = bn3_(conv3_(out));
-  out.add_(shortcut_ ? shortcut_->forward(x) : x);
-  return out.relu_();
+  torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+  out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
+  return BatchNormAct(*bn3_, conv3_(out), Activation::kRelu, Shortcut(shortcut_, x));
 }
 
 RootImpl::RootImpl(int64_t in_channels, int64_t out_channels)
@@ -66,7 +74,7 @@ RootImpl::RootImpl(int64_t in_channels, int64_t out_channels)
       bn_(register_module("bn", nn::BatchNorm2d(out_channels))) {}
 
 torch::Tensor RootImpl::forward(const std::vector<torch::Tensor>& xs) {
-  return torch::relu(bn_(conv_(torch::cat(xs, 1))));
+  return BatchNormAct(*bn_, conv_(torch::cat(xs, 1)), Activation::kRelu);
 }
 
 }  // namespace elastic::models

@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -26,7 +27,7 @@ class ResNet : public Net {
         linear_(register_module("linear", nn::Linear(512 * Block::kExpansion, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place after BN: layers.cc
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     out = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(out))));
     out = torch::avg_pool2d(out, 4).flatten(1);
     return linear_(out);

@@ -4,6 +4,7 @@
 // shortcuts (1x1 conv + BN) where the shape changes.
 #include <torch/nn/modules/linear.h>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -23,7 +24,7 @@ class ResNet8 : public Net {
         linear_(register_module("linear", nn::Linear(64, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = bn1_(conv1_(x)).relu_();  // in place after BN: layers.cc
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     out = layer3_(layer2_(layer1_(out)));
     out = torch::adaptive_avg_pool2d(out, {1, 1}).flatten(1);
     return linear_(out);
