@@ -1,7 +1,9 @@
 // train_step_bench: training throughput of our C++ step against PyTorch from
 // Python on the same models, batch, threads, data, precision and memory format;
 // beside it our fp32 contiguous step (the default before --precision and
-// --memory-format), and each side's achieved FLOP/s against the machine's peak
+// --memory-format) and ours at the same settings with ATen's batch norm, add
+// and ReLU in place of the fused node (models/batch_norm_act.h), and each
+// side's achieved FLOP/s against the machine's peak
 // (a large matmul on the same threads, fp32 and bf16). Then, optionally, the
 // memory-format sweep over the zoo that decides --memory-format=auto, and how
 // long epochs of the real CIFAR-10 subset take. Not a test: it prints tables;
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "models/batch_norm_act.h"
 #include "models/registry.h"
 #include "trainer/allocator.h"
 #include "trainer/amp.h"
@@ -62,6 +65,7 @@ struct BenchOptions {
 struct Setting {
   Precision precision = Precision::kFloat32;
   bool channels_last = false;
+  bool fused_batch_norm = true;  // models/batch_norm_act.h; false: ATen's ops
   std::string Name() const {
     return std::string(PrecisionName(precision)) +
            (channels_last ? " channels-last" : " contiguous");
@@ -97,6 +101,7 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
   learner_options.precision = setting.precision;
   learner_options.channels_last = setting.channels_last;
   SeedTorch(0);
+  elastic::models::EnableFusedBatchNorm(setting.fused_batch_norm);
   Learner learner(elastic::models::CreateModel(model, 10), learner_options,
                   ResolveDevice(o.device, 0));
 
@@ -115,6 +120,7 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  elastic::models::EnableFusedBatchNorm(true);
   return static_cast<double>(o.steps * o.batch_size) / seconds;
 }
 
@@ -289,9 +295,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\n| model | setting (both sides) | train GFLOP/img | ours fp32 contiguous img/s | ours "
-      "img/s | ours / fp32 contiguous | PyTorch img/s | ours / PyTorch | ours GFLOP/s (of peak) "
-      "| PyTorch GFLOP/s (of peak) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-      "--- |\n");
+      "with ATen's batch norm img/s | ours img/s | ours / fp32 contiguous | PyTorch img/s | ours "
+      "/ PyTorch | ours GFLOP/s (of peak) | PyTorch GFLOP/s (of peak) |\n| --- | --- | --- | --- "
+      "| --- | --- | --- | --- | --- | --- | --- |\n");
   double vs_peer = 1, vs_fp32 = 1;
   int peer_ratios = 0, fp32_ratios = 0;
   for (const std::string& model : SplitList(o.models)) {
@@ -301,12 +307,15 @@ int main(int argc, char** argv) {
         ChooseChannelsLast(o.memory_format, elastic::models::PrefersChannelsLast(model));
     const double peak = setting.precision == Precision::kFloat32 ? peak_fp32 : peak_bf16;
     const double baseline = MeasureOurs(model, train, o, Setting{});
+    Setting unfused = setting;
+    unfused.fused_batch_norm = false;
+    const double aten_batch_norm = MeasureOurs(model, train, o, unfused);
     const double ours = MeasureOurs(model, train, o, setting);
     const PeerResult theirs = MeasurePyTorch(model, o, setting);
     const double flops = theirs.train_flops_per_image;
-    std::printf("| %s | %s | %.3f | %.1f | %.1f | %.2fx | %.1f | %.2fx | %s | %s |\n",
-                model.c_str(), setting.Name().c_str(), flops / 1e9, baseline, ours, ours / baseline,
-                theirs.images_per_second,
+    std::printf("| %s | %s | %.3f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.2fx | %s | %s |\n",
+                model.c_str(), setting.Name().c_str(), flops / 1e9, baseline, aten_batch_norm, ours,
+                ours / baseline, theirs.images_per_second,
                 theirs.images_per_second > 0 ? ours / theirs.images_per_second : 0,
                 Flops(flops, ours, peak).c_str(),
                 Flops(flops, theirs.images_per_second, peak).c_str());

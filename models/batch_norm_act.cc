@@ -240,6 +240,60 @@ class FusedBatchNorm : public autograd::Function<FusedBatchNorm> {
   }
 };
 
+// Evaluation: the running statistics, one pass, no autograd node.
+template <typename T>
+torch::Tensor Infer(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                    const torch::Tensor& residual, bool relu) {
+  const int64_t channels = x.size(1);
+  const RowSplit split(x.numel() / channels, channels);
+  const auto as_float = [](const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); };
+  const torch::Tensor w = as_float(bn.weight), b = as_float(bn.bias);
+  const torch::Tensor mean = as_float(bn.running_mean), var = as_float(bn.running_var);
+  std::vector<float> scale(channels), shift(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    scale[c] = static_cast<float>(w.data_ptr<float>()[c] /
+                                  std::sqrt(var.data_ptr<float>()[c] + bn.options.eps()));
+    shift[c] = b.data_ptr<float>()[c] - mean.data_ptr<float>()[c] * scale[c];
+  }
+  torch::Tensor y = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
+  const T* in = Data<T>(x);
+  const T* shortcut = residual.defined() ? Data<T>(residual) : nullptr;
+  T* out = Data<T>(y);
+  split.ForEach([&](int64_t chunk) {
+    const int64_t offset = split.Offset(chunk);
+    kernels::Normalize(in + offset, shortcut ? shortcut + offset : nullptr, out + offset,
+                       split.Range(chunk), scale.data(), shift.data(), relu);
+  });
+  return y;
+}
+
+// The tensors the kernels take: 4-D channels-last float or bfloat16 on the
+// CPU, a residual of the same type and shape, float affine parameters.
+bool KernelTakes(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                 const torch::Tensor& residual) {
+  const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;
+  const bool residual_ok =
+      !residual.defined() ||
+      (residual.scalar_type() == x.scalar_type() && residual.sizes() == x.sizes() &&
+       residual.is_contiguous(at::MemoryFormat::ChannelsLast));
+  return fused_enabled.load(std::memory_order_relaxed) && bn.options.affine() &&
+         bn.options.track_running_stats() && x.is_cpu() && dtype_ok && x.dim() == 4 &&
+         x.size(1) <= kernels::kMaxChannels && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+         bn.weight.scalar_type() == torch::kFloat32 && residual_ok;
+}
+
+// Training needs more than one value per channel (ATen's error otherwise)
+// and an exponential running average.
+bool TrainingApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+  return bn.is_training() && bn.options.momentum().has_value() &&
+         x.numel() / std::max<int64_t>(x.size(1), 1) > 1;
+}
+
+// Evaluation without autograd (evaluate.cc runs under NoGradGuard).
+bool InferenceApplies(const torch::nn::BatchNorm2dImpl& bn) {
+  return !bn.is_training() && !torch::GradMode::is_enabled();
+}
+
 torch::Tensor Unfused(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, Activation activation,
                       const torch::Tensor& residual) {
   // In place after batch norm: its backward needs its input, not its output.
@@ -253,23 +307,18 @@ torch::Tensor Unfused(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, Ac
 
 bool FusedBatchNormApplies(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            const torch::Tensor& residual) {
-  const auto& options = bn.options;
-  const bool dtype_ok = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;
-  const bool residual_ok =
-      !residual.defined() ||
-      (residual.scalar_type() == x.scalar_type() && residual.sizes() == x.sizes() &&
-       residual.is_contiguous(at::MemoryFormat::ChannelsLast));
-  return fused_enabled.load(std::memory_order_relaxed) && bn.is_training() && options.affine() &&
-         options.track_running_stats() && options.momentum().has_value() && x.is_cpu() &&
-         dtype_ok && x.dim() == 4 && x.size(1) <= kernels::kMaxChannels &&
-         x.numel() / std::max<int64_t>(x.size(1), 1) > 1 &&
-         x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-         bn.weight.scalar_type() == torch::kFloat32 && residual_ok;
+  return KernelTakes(bn, x, residual) && (TrainingApplies(bn, x) || InferenceApplies(bn));
 }
 
 torch::Tensor BatchNormAct(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                            Activation activation, const torch::Tensor& residual) {
-  if (!FusedBatchNormApplies(bn, x, residual)) return Unfused(bn, x, activation, residual);
+  const bool relu = activation == Activation::kRelu;
+  if (!KernelTakes(bn, x, residual)) return Unfused(bn, x, activation, residual);
+  if (InferenceApplies(bn)) {
+    return x.scalar_type() == torch::kBFloat16 ? Infer<uint16_t>(bn, x, residual, relu)
+                                               : Infer<float>(bn, x, residual, relu);
+  }
+  if (!TrainingApplies(bn, x)) return Unfused(bn, x, activation, residual);
   {
     torch::NoGradGuard no_grad;
     bn.num_batches_tracked += 1;
@@ -277,8 +326,7 @@ torch::Tensor BatchNormAct(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& 
   c10::optional<torch::Tensor> shortcut;
   if (residual.defined()) shortcut = residual;
   return FusedBatchNorm::apply(x, bn.weight, bn.bias, shortcut, bn.running_mean, bn.running_var,
-                               *bn.options.momentum(), bn.options.eps(),
-                               activation == Activation::kRelu);
+                               *bn.options.momentum(), bn.options.eps(), relu);
 }
 
 void EnableFusedBatchNorm(bool enabled) { fused_enabled.store(enabled); }

@@ -4,10 +4,12 @@
 // BatchNormAct(bn, x, Activation::kRelu, shortcut) computes
 // relu(bn(x) + shortcut) with bn's parameters and running statistics, exactly
 // what the module and the two ops would compute, so state dicts, optimisers
-// and checkpoints do not see the difference. The fused kernel runs for a
-// training-mode 4-D channels-last float or bfloat16 input with affine
-// parameters and running statistics; anything else (evaluation, contiguous
-// tensors, other dtypes) takes the module and ATen's ops.
+// and checkpoints do not see the difference. The fused kernels run for 4-D
+// channels-last float or bfloat16 inputs to a module with affine parameters
+// and running statistics, in training (an autograd node) and in evaluation
+// without autograd (one pass with the running statistics); anything else
+// (contiguous tensors, other dtypes, evaluation with autograd on) takes the
+// module and ATen's ops.
 #ifndef ELASTIC_MODELS_BATCH_NORM_ACT_H_
 #define ELASTIC_MODELS_BATCH_NORM_ACT_H_
 

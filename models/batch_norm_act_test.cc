@@ -153,8 +153,35 @@ TEST(BatchNormActTest, OutputKeepsTheInputsTypeAndLayout) {
   }
 }
 
-// Evaluation, contiguous tensors, a residual of another type, a single value
-// per channel: the module and ATen's ops, with their results and errors.
+// Evaluation with autograd off: the running statistics, as the module uses them.
+TEST(BatchNormActTest, EvaluationMatchesTheModule) {
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    torch::manual_seed(3);
+    nn::BatchNorm2d bn(5);
+    {
+      torch::NoGradGuard no_grad;
+      bn->weight.uniform_(0.5, 1.5);
+      bn->bias.uniform_(-0.5, 0.5);
+      bn->running_mean.uniform_(-1, 1);
+      bn->running_var.uniform_(0.5, 2);
+    }
+    bn->eval();
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({3, 5, 4, 4}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto r = torch::randn({3, 5, 4, 4}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+    ASSERT_TRUE(FusedBatchNormApplies(*bn, x, r));
+    const auto expected = torch::relu(bn->forward(x.to(torch::kFloat32)) + r.to(torch::kFloat32));
+    const auto y = BatchNormAct(*bn, x, Activation::kRelu, r);
+    EXPECT_EQ(y.scalar_type(), dtype);
+    ExpectClose(y.to(torch::kFloat32), expected, dtype == torch::kFloat32 ? 1e-6 : 1e-2,
+                "evaluation output");
+    EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+  }
+}
+
+// Contiguous tensors, a residual of another type, a single value per channel,
+// evaluation with autograd on: the module and ATen's ops, with their results
+// and errors.
 TEST(BatchNormActTest, FallsBackWhereTheKernelDoesNotApply) {
   nn::BatchNorm2d bn(4);
   const auto channels_last = torch::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);

@@ -6,6 +6,7 @@
 #include <array>
 #include <vector>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -28,8 +29,8 @@ class Bottleneck : public nn::Module {
         conv2_(register_module("conv2", Conv(4 * growth_rate, growth_rate, 3, 1, 1))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = conv1_(torch::relu(bn1_(x)));
-    out = conv2_(torch::relu(bn2_(out)));
+    torch::Tensor out = conv1_(BatchNormAct(*bn1_, x, Activation::kRelu));
+    out = conv2_(BatchNormAct(*bn2_, out, Activation::kRelu));
     return torch::cat({out, x}, 1);
   }
 
@@ -48,7 +49,7 @@ class Transition : public nn::Module {
         conv_(register_module("conv", Conv(in_planes, out_planes, 1))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    return torch::avg_pool2d(conv_(torch::relu(bn_(x))), 2);
+    return torch::avg_pool2d(conv_(BatchNormAct(*bn_, x, Activation::kRelu)), 2);
   }
 
  private:
@@ -85,7 +86,7 @@ class DenseNet121 : public Net {
       out = dense_[i]->forward(out);
       if (i < trans_.size()) out = trans_[i]->forward(out);
     }
-    out = torch::avg_pool2d(torch::relu(bn_(out)), 4).flatten(1);
+    out = torch::avg_pool2d(BatchNormAct(*bn_, out, Activation::kRelu), 4).flatten(1);
     return linear_(out);
   }
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <vector>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -32,8 +33,8 @@ class Bottleneck : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
-    out = torch::relu(bn2_(conv2_(out)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+    out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
     out = bn3_(conv3_(out));
     if (shortcut_) x = shortcut_->forward(x);
     const int64_t d = out_planes_;
@@ -80,7 +81,7 @@ class Dpn92 : public Net {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     for (nn::Sequential& layer : layers_) out = layer->forward(out);
     out = torch::avg_pool2d(out, 4).flatten(1);
     return linear_(out);

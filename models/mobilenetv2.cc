@@ -4,6 +4,7 @@
 // 32x32 inputs end at 4x4.
 #include <torch/nn/modules/linear.h>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -31,8 +32,8 @@ class Block : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
-    out = torch::relu(bn2_(conv2_(out)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+    out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
     out = bn3_(conv3_(out));
     if (stride_ != 1) return out;
     return out + (shortcut_ ? shortcut_->forward(x) : x);
@@ -62,9 +63,9 @@ class MobileNetV2 : public Net {
         linear_(register_module("linear", nn::Linear(1280, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     out = layers_->forward(out);
-    out = torch::relu(bn2_(conv2_(out)));
+    out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
     out = torch::avg_pool2d(out, 4).flatten(1);
     return linear_(out);
   }

@@ -4,6 +4,7 @@
 // pre-activated input.
 #include <torch/nn/modules/linear.h>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -25,10 +26,10 @@ class PreActBlock : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = torch::relu(bn1_(x));
+    torch::Tensor out = BatchNormAct(*bn1_, x, Activation::kRelu);
     torch::Tensor shortcut = shortcut_ ? shortcut_->forward(out) : x;
     out = conv1_(out);
-    out = conv2_(torch::relu(bn2_(out)));
+    out = conv2_(BatchNormAct(*bn2_, out, Activation::kRelu));
     return out + shortcut;
   }
 

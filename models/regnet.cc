@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -61,8 +62,8 @@ class Block : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
-    out = torch::relu(bn2_(conv2_(out)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+    out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
     if (se_) out = se_->forward(out);
     out = bn3_(conv3_(out));
     out = out + (shortcut_ ? shortcut_->forward(x) : x);
@@ -95,7 +96,7 @@ class RegNet : public Net {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     for (nn::Sequential& layer : layers_) out = layer->forward(out);
     out = torch::adaptive_avg_pool2d(out, {1, 1}).flatten(1);
     return linear_(out);

@@ -4,6 +4,7 @@
 // bottleneck width doubles at each stage.
 #include <torch/nn/modules/linear.h>
 
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -31,8 +32,8 @@ class Block : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
-    out = torch::relu(bn2_(conv2_(out)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
+    out = BatchNormAct(*bn2_, conv2_(out), Activation::kRelu);
     out = bn3_(conv3_(out));
     out = out + (shortcut_ ? shortcut_->forward(x) : x);
     return torch::relu(out);
@@ -58,7 +59,7 @@ class ResNeXt29 : public Net {
                                 nn::Linear(cardinality * bottleneck_width * 8, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    torch::Tensor out = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor out = BatchNormAct(*bn1_, conv1_(x), Activation::kRelu);
     out = layer3_->forward(layer2_->forward(layer1_->forward(out)));
     out = torch::avg_pool2d(out, 8).flatten(1);
     return linear_(out);
