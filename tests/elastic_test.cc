@@ -202,9 +202,13 @@ void KillMidEpoch(int rank) {
   EXPECT_NE(output.find("rescale: generation"), std::string::npos) << output;
   EXPECT_NE(output.find("epoch 2/2 world 3"), std::string::npos) << output;
   EXPECT_GE(FinalAccuracy(output), 45.0) << output;
+  // Lost progress would show as a lower accuracy. A higher one is expected:
+  // the survivors' epochs take more, smaller steps (3 x 32 images, not 4 x 32;
+  // 58.9% fault-free against 65% after a kill, seed 1, bf16), and seeds alone
+  // move the fault-free figure from 58.1% to 61.8%.
   if (g_fault_free_accuracy >= 0) {
-    EXPECT_NEAR(FinalAccuracy(output), g_fault_free_accuracy, 2.0)
-        << "final accuracy is not within 2 points of the fault-free run\n"
+    EXPECT_GE(FinalAccuracy(output), g_fault_free_accuracy - 2.0)
+        << "final accuracy is more than 2 points below the fault-free run's\n"
         << output;
   }
   ExpectOneChecksumPerGeneration(output);
