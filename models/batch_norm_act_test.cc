@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <string>
 
 namespace elastic::models {
@@ -139,6 +140,21 @@ TEST(BatchNormActTest, MatchesFloatOnBfloat16Values) {
   const Result reference = ForwardAndBackward(c, false);
   c.dtype = torch::kBFloat16;
   ExpectSame(ForwardAndBackward(c, true), reference, 2e-2);
+}
+
+// A NaN in the input makes its channel's statistics, and so every output of
+// that channel, NaN (not infinity, not a number that looks healthy); the
+// other channels are untouched.
+TEST(BatchNormActTest, NanPropagatesInBfloat16) {
+  nn::BatchNorm2d bn(4);
+  auto x = torch::randn({2, 4, 3, 3});
+  x[1][2][1][1] = std::numeric_limits<float>::quiet_NaN();
+  x = x.to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+  ASSERT_TRUE(FusedBatchNormApplies(*bn, x));
+  const auto y = BatchNormAct(*bn, x, Activation::kIdentity).to(torch::kFloat32);
+  EXPECT_TRUE(torch::isnan(y.select(1, 2)).all().item<bool>()) << y.select(1, 2);
+  EXPECT_FALSE(torch::isnan(y.select(1, 0)).any().item<bool>());
+  EXPECT_FALSE(torch::isinf(y).any().item<bool>());
 }
 
 TEST(BatchNormActTest, OutputKeepsTheInputsTypeAndLayout) {

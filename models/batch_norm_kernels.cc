@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 // Each entry point is compiled three times and the loader picks the widest
 // the CPU has (GCC function multiversioning); the bodies are inlined into each.
 #define ELASTIC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define ELASTIC_INLINE inline __attribute__((always_inline))
+// Lambdas inside a cloned body must be inlined into it to get its target.
+#define ELASTIC_LAMBDA_INLINE __attribute__((always_inline))
 
 namespace elastic::models::kernels {
 namespace {
@@ -28,56 +31,121 @@ ELASTIC_INLINE void Store(float* p, float value) { *p = value; }
 ELASTIC_INLINE void Store(uint16_t* p, float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  // A NaN stays a (quiet) NaN rather than rounding into infinity.
-  *p = static_cast<uint16_t>(value != value ? 0x7FC0u : rounded);
+  // Round to nearest even. A NaN stays a NaN: the ones arithmetic makes here
+  // (x86's default NaN, or a bf16 input's, quieted) have the top mantissa bit
+  // set, which the carry cannot clear.
+  *p = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// The loops walk tiles of rows (about 32 KiB of each tensor, so a tile stays
+// in the L1/L2 caches however many channels there are) and, within a tile,
+// blocks of channels whose width is a compile-time constant (64, 32, 16, 8,
+// then single channels): the compiler unrolls the channel loop and keeps the
+// block's sums and coefficients in vector registers, where a loop over a
+// run-time channel count would load and store them for every row.
+constexpr int64_t kTileElements = 16384;
+
+template <typename Body>
+ELASTIC_INLINE void ForChannelBlocks(int64_t channels, const Body& body) {
+  int64_t first = 0;
+  for (; first + 64 <= channels; first += 64) body(std::integral_constant<int64_t, 64>(), first);
+  for (; first + 32 <= channels; first += 32) body(std::integral_constant<int64_t, 32>(), first);
+  for (; first + 16 <= channels; first += 16) body(std::integral_constant<int64_t, 16>(), first);
+  for (; first + 8 <= channels; first += 8) body(std::integral_constant<int64_t, 8>(), first);
+  for (; first < channels; ++first) body(std::integral_constant<int64_t, 1>(), first);
+}
+
+// body(width, first channel, first row, end row) for every tile and block.
+template <typename Body>
+ELASTIC_INLINE void ForTilesAndBlocks(Rows rows, const Body& body) {
+  const int64_t tile = std::clamp<int64_t>(kTileElements / rows.channels, 8, kBlockRows);
+  for (int64_t first = 0; first < rows.count; first += tile) {
+    const int64_t last = std::min(rows.count, first + tile);
+    ForChannelBlocks(rows.channels, [&](auto width, int64_t block)
+                                        ELASTIC_LAMBDA_INLINE { body(width, block, first, last); });
+  }
+}
+
+template <int64_t kWidth>
+ELASTIC_INLINE void CopyBlock(const float* from, float* to) {
+  for (int64_t c = 0; c < kWidth; ++c) to[c] = from[c];
+}
+
+// Narrow blocks sum several rows into separate accumulators: one add chain per
+// channel would wait on the adder's latency every row.
+template <int64_t kWidth>
+constexpr int64_t kLanes = kWidth >= 64 ? 1 : (kWidth >= 16 ? 64 / kWidth : 1);
+
+// Sums row(r, s, t) over rows [first, last) into kLanes<kWidth> accumulator
+// pairs, then adds them to the double totals of the block.
+template <int64_t kWidth, typename Row>
+ELASTIC_INLINE void SumRows(int64_t first, int64_t last, const Row& row, double* __restrict total_s,
+                            double* __restrict total_t) {
+  constexpr int64_t kRows = kLanes<kWidth>;
+  float s[kRows][kWidth] = {}, t[kRows][kWidth] = {};
+  int64_t r = first;
+  for (; r + kRows <= last; r += kRows) {
+    for (int64_t lane = 0; lane < kRows; ++lane) row(r + lane, s[lane], t[lane]);
+  }
+  for (; r < last; ++r) row(r, s[0], t[0]);
+  for (int64_t lane = 0; lane < kRows; ++lane) {
+    for (int64_t c = 0; c < kWidth; ++c) {
+      total_s[c] += s[lane][c];
+      total_t[c] += t[lane][c];
+    }
+  }
 }
 
 template <typename T>
 ELASTIC_INLINE void SumShiftedBody(const T* __restrict x, Rows rows, const float* __restrict origin,
                                    double* __restrict sum, double* __restrict square) {
-  const int64_t channels = rows.channels;
-  float block_sum[kMaxChannels];
-  float block_square[kMaxChannels];
-  for (int64_t first = 0; first < rows.count; first += kBlockRows) {
-    const int64_t last = std::min(rows.count, first + kBlockRows);
-    for (int64_t c = 0; c < channels; ++c) block_sum[c] = block_square[c] = 0.0f;
-    for (int64_t r = first; r < last; ++r) {
-      const T* __restrict row = x + r * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        const float d = Load(row + c) - origin[c];
-        block_sum[c] += d;
-        block_square[c] += d * d;
-      }
-    }
-    for (int64_t c = 0; c < channels; ++c) {
-      sum[c] += block_sum[c];
-      square[c] += block_square[c];
-    }
-  }
+  ForTilesAndBlocks(
+      rows, [&](auto width, int64_t block, int64_t first, int64_t last) ELASTIC_LAMBDA_INLINE {
+        constexpr int64_t kWidth = decltype(width)::value;
+        float o[kWidth];
+        CopyBlock<kWidth>(origin + block, o);
+        SumRows<kWidth>(
+            first, last,
+            [&](int64_t r, float* s, float* q) ELASTIC_LAMBDA_INLINE {
+              const T* __restrict row = x + r * rows.channels + block;
+              for (int64_t c = 0; c < kWidth; ++c) {
+                const float d = Load(row + c) - o[c];
+                s[c] += d;
+                q[c] += d * d;
+              }
+            },
+            sum + block, square + block);
+      });
 }
 
 template <typename T, bool kResidual, bool kRelu>
 ELASTIC_INLINE void NormalizeBody(const T* __restrict x, const T* __restrict residual,
                                   T* __restrict y, Rows rows, const float* __restrict scale,
                                   const float* __restrict shift) {
-  const int64_t channels = rows.channels;
-  for (int64_t r = 0; r < rows.count; ++r) {
-    const int64_t base = r * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      float value = Load(x + base + c) * scale[c] + shift[c];
-      if (kResidual) value += Load(residual + base + c);
-      if (kRelu) value = std::max(value, 0.0f);
-      Store(y + base + c, value);
-    }
-  }
+  ForTilesAndBlocks(
+      rows, [&](auto width, int64_t block, int64_t first, int64_t last) ELASTIC_LAMBDA_INLINE {
+        constexpr int64_t kWidth = decltype(width)::value;
+        float a[kWidth], b[kWidth];
+        CopyBlock<kWidth>(scale + block, a);
+        CopyBlock<kWidth>(shift + block, b);
+        for (int64_t r = first; r < last; ++r) {
+          const int64_t base = r * rows.channels + block;
+          for (int64_t c = 0; c < kWidth; ++c) {
+            float value = Load(x + base + c) * a[c] + b[c];
+            if (kResidual) value += Load(residual + base + c);
+            if (kRelu) value = std::max(value, 0.0f);
+            Store(y + base + c, value);
+          }
+        }
+      });
 }
 
 template <typename T>
 ELASTIC_INLINE void NormalizeDispatch(const T* x, const T* residual, T* y, Rows rows,
                                       const float* scale, const float* shift, bool relu) {
-  if (residual != nullptr && relu)
+  if (residual != nullptr && relu) {
     return NormalizeBody<T, true, true>(x, residual, y, rows, scale, shift);
+  }
   if (residual != nullptr) return NormalizeBody<T, true, false>(x, residual, y, rows, scale, shift);
   if (relu) return NormalizeBody<T, false, true>(x, nullptr, y, rows, scale, shift);
   NormalizeBody<T, false, false>(x, nullptr, y, rows, scale, shift);
@@ -96,26 +164,24 @@ ELASTIC_INLINE void ReduceGradientBody(const T* __restrict dy, const T* __restri
                                        const T* __restrict x, T* __restrict residual_grad,
                                        Rows rows, const float* __restrict mean,
                                        double* __restrict sum_g, double* __restrict sum_gx) {
-  const int64_t channels = rows.channels;
-  float block_g[kMaxChannels];
-  float block_gx[kMaxChannels];
-  for (int64_t first = 0; first < rows.count; first += kBlockRows) {
-    const int64_t last = std::min(rows.count, first + kBlockRows);
-    for (int64_t c = 0; c < channels; ++c) block_g[c] = block_gx[c] = 0.0f;
-    for (int64_t r = first; r < last; ++r) {
-      const int64_t base = r * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        const float g = MaskedGradient<T, kRelu>(dy + base + c, y + base + c);
-        if (kResidual) Store(residual_grad + base + c, g);
-        block_g[c] += g;
-        block_gx[c] += g * (Load(x + base + c) - mean[c]);
-      }
-    }
-    for (int64_t c = 0; c < channels; ++c) {
-      sum_g[c] += block_g[c];
-      sum_gx[c] += block_gx[c];
-    }
-  }
+  ForTilesAndBlocks(
+      rows, [&](auto width, int64_t block, int64_t first, int64_t last) ELASTIC_LAMBDA_INLINE {
+        constexpr int64_t kWidth = decltype(width)::value;
+        float m[kWidth];
+        CopyBlock<kWidth>(mean + block, m);
+        SumRows<kWidth>(
+            first, last,
+            [&](int64_t r, float* s, float* sx) ELASTIC_LAMBDA_INLINE {
+              const int64_t base = r * rows.channels + block;
+              for (int64_t c = 0; c < kWidth; ++c) {
+                const float g = MaskedGradient<T, kRelu>(dy + base + c, y + base + c);
+                if (kResidual) Store(residual_grad + base + c, g);
+                s[c] += g;
+                sx[c] += g * (Load(x + base + c) - m[c]);
+              }
+            },
+            sum_g + block, sum_gx + block);
+      });
 }
 
 template <typename T>
@@ -137,14 +203,22 @@ ELASTIC_INLINE void InputGradientBody(const T* __restrict dy, const T* __restric
                                       const T* __restrict x, T* __restrict dx, Rows rows,
                                       const float* __restrict mean, const float* __restrict a,
                                       const float* __restrict b, const float* __restrict k) {
-  const int64_t channels = rows.channels;
-  for (int64_t r = 0; r < rows.count; ++r) {
-    const int64_t base = r * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float g = MaskedGradient<T, kRelu>(dy + base + c, y + base + c);
-      Store(dx + base + c, g * a[c] - b[c] - (Load(x + base + c) - mean[c]) * k[c]);
-    }
-  }
+  ForTilesAndBlocks(
+      rows, [&](auto width, int64_t block, int64_t first, int64_t last) ELASTIC_LAMBDA_INLINE {
+        constexpr int64_t kWidth = decltype(width)::value;
+        float m[kWidth], ab[kWidth], bb[kWidth], kb[kWidth];
+        CopyBlock<kWidth>(mean + block, m);
+        CopyBlock<kWidth>(a + block, ab);
+        CopyBlock<kWidth>(b + block, bb);
+        CopyBlock<kWidth>(k + block, kb);
+        for (int64_t r = first; r < last; ++r) {
+          const int64_t base = r * rows.channels + block;
+          for (int64_t c = 0; c < kWidth; ++c) {
+            const float g = MaskedGradient<T, kRelu>(dy + base + c, y + base + c);
+            Store(dx + base + c, g * ab[c] - bb[c] - (Load(x + base + c) - m[c]) * kb[c]);
+          }
+        }
+      });
 }
 
 template <typename T>
