@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -51,6 +52,7 @@ struct BenchOptions {
   int64_t loader_threads = 1;
   int64_t warmup_steps = 3;
   int64_t steps = 20;
+  int64_t repeats = 3;
   std::string python = "/usr/bin/python3";
   std::string peer = "bench/torch_peer.py";
   std::string subset_model = "resnet8";
@@ -78,6 +80,18 @@ std::vector<std::string> SplitList(const std::string& list) {
   for (std::string item; std::getline(in, item, ',');)
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::string Join(const std::vector<double>& values) {
+  std::string text;
+  for (const double v : values) text += (text.empty() ? "" : ", ") + std::to_string(std::lround(v));
+  return text;
 }
 
 // Images per second of our Learner::Step at `setting`, fed by our Loader, after warm-up.
@@ -232,6 +246,8 @@ int main(int argc, char** argv) {
   flags.AddInt("loader-threads", &o.loader_threads, "Threads of our loader.");
   flags.AddInt("warmup-steps", &o.warmup_steps, "Untimed steps first.");
   flags.AddInt("steps", &o.steps, "Timed steps.");
+  flags.AddInt("repeats", &o.repeats,
+               "Times ours and the peer are measured, alternately; the table shows medians.");
   flags.AddString("python", &o.python, "Interpreter that has torch (Debian python3-torch).");
   flags.AddString("peer", &o.peer, "Path of bench/torch_peer.py.");
   flags.AddString("subset-model", &o.subset_model, "Model trained on the CIFAR-10 subset.");
@@ -310,8 +326,22 @@ int main(int argc, char** argv) {
     Setting unfused = setting;
     unfused.fused_batch_norm = false;
     const double aten_batch_norm = MeasureOurs(model, train, o, unfused);
-    const double ours = MeasureOurs(model, train, o, setting);
-    const PeerResult theirs = MeasurePyTorch(model, o, setting);
+    // Ours and the peer alternately, so a machine that slows down (a shared
+    // VM) slows both; the medians go in the table.
+    std::vector<double> our_runs, peer_runs;
+    PeerResult theirs;
+    for (int64_t i = 0; i < std::max<int64_t>(o.repeats, 1); ++i) {
+      our_runs.push_back(MeasureOurs(model, train, o, setting));
+      const PeerResult run = MeasurePyTorch(model, o, setting);
+      if (run.images_per_second > 0) {
+        peer_runs.push_back(run.images_per_second);
+        theirs.train_flops_per_image = run.train_flops_per_image;
+      }
+    }
+    const double ours = Median(our_runs);
+    theirs.images_per_second = peer_runs.empty() ? 0 : Median(peer_runs);
+    std::fprintf(stderr, "%s: ours %s img/s; PyTorch %s img/s\n", model.c_str(),
+                 Join(our_runs).c_str(), Join(peer_runs).c_str());
     const double flops = theirs.train_flops_per_image;
     std::printf("| %s | %s | %.3f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.2fx | %s | %s |\n",
                 model.c_str(), setting.Name().c_str(), flops / 1e9, baseline, aten_batch_norm, ours,
