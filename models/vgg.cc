@@ -6,6 +6,9 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <utility>
+
+#include "models/batch_norm_act.h"
 #include "models/layers.h"
 #include "models/zoo.h"
 
@@ -25,7 +28,7 @@ class Vgg16 : public Net {
         classifier_(register_module("classifier", nn::Linear(512, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
-    return classifier_(features_->forward(x).flatten(1));
+    return classifier_(Features(std::move(x)).flatten(1));
   }
 
  private:
@@ -45,6 +48,20 @@ class Vgg16 : public Net {
     // A no-op kept so the layer indices match pytorch-cifar's state dict.
     layers->push_back(nn::AvgPool2d(nn::AvgPool2dOptions(1).stride(1)));
     return layers;
+  }
+
+  // features_ in order, each batch norm and the ReLU after it as one
+  // BatchNormAct (the modules stay where pytorch-cifar's state dict has them).
+  torch::Tensor Features(torch::Tensor x) {
+    for (auto layer = features_->begin(); layer != features_->end(); ++layer) {
+      if (auto* bn = layer->ptr()->as<nn::BatchNorm2dImpl>()) {
+        x = BatchNormAct(*bn, x, Activation::kRelu);
+        ++layer;  // the ReLU that MakeFeatures put after it
+      } else {
+        x = layer->forward(x);
+      }
+    }
+    return x;
   }
 
   nn::Sequential features_;
