@@ -177,26 +177,40 @@ PeerResult MeasurePyTorch(const std::string& model, const BenchOptions& o, const
   return result;
 }
 
-// The machine's peak FLOP/s on these threads, as ATen reaches it: the best of
-// a few timed n x n matmuls (oneDNN's or the BLAS's GEMM) at `dtype`.
-double PeakFlops(torch::ScalarType dtype) {
-  constexpr int64_t n = 2048;
-  torch::NoGradGuard no_grad;
-  const torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
-  torch::Tensor c = torch::mm(a, b);  // warm-up
+// Best FLOP/s of `run` (which does `flops` each time) over 3 rounds of 0.5 s.
+template <typename Run>
+double BestRate(const Run& run, double flops) {
+  run();  // warm-up
   double best = 0;
   for (int round = 0; round < 3; ++round) {
     const auto start = std::chrono::steady_clock::now();
     int reps = 0;
     double seconds = 0;
     do {
-      c = torch::mm(a, b);
+      run();
       ++reps;
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } while (seconds < 0.5);
-    best = std::max(best, 2.0 * n * n * n * reps / seconds);
+    best = std::max(best, flops * reps / seconds);
   }
   return best;
+}
+
+// The machine's peak FLOP/s on these threads, as ATen reaches it: the better
+// of an n x n matmul and a 1x1 convolution of the same size at `dtype`. fp32
+// matmuls go to the BLAS (Debian's OpenBLAS, which stays on one thread here),
+// convolutions to oneDNN, which is what the models' steps run on.
+double PeakFlops(torch::ScalarType dtype) {
+  constexpr int64_t n = 2048;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  const double matmul = BestRate([&] { return torch::mm(a, b); }, 2.0 * n * n * n);
+  const torch::Tensor x =
+      torch::randn({n / 256, n, 16, 16}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+  const torch::Tensor w =
+      torch::randn({n, n, 1, 1}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+  const double convolution = BestRate([&] { return torch::conv2d(x, w); }, 2.0 * n * n * n);
+  return std::max(matmul, convolution);
 }
 
 std::string Flops(double flops_per_image, double images_per_second, double peak) {
@@ -305,7 +319,8 @@ int main(int argc, char** argv) {
       PrecisionName(precision.precision), precision.why.c_str());
   if (peak_fp32 > 0) {
     std::printf(
-        "peak of this machine on %lld threads (2048 x 2048 matmul in ATen): fp32 %.1f GFLOP/s, "
+        "peak of this machine on %lld threads (2048 x 2048 matmul or 1x1 convolution in ATen): "
+        "fp32 %.1f GFLOP/s, "
         "bf16 %.1f GFLOP/s\n",
         static_cast<long long>(o.threads), peak_fp32 / 1e9, peak_bf16 / 1e9);
   }
