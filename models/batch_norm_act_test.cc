@@ -120,6 +120,22 @@ TEST(BatchNormActTest, OddChannelCountAndTwoThreads) {
   at::set_num_threads(threads);
 }
 
+// Wide and odd channel counts (blocks of 64, 32, 16, 8 and single channels)
+// over few rows, as in the last stages of the deep models.
+TEST(BatchNormActTest, WideChannelsOverFewRows) {
+  for (const int64_t channels : {100, 512, 2048}) {
+    for (const int64_t size : {1, 2, 4}) {
+      Case c;
+      c.n = 4;
+      c.channels = channels;
+      c.size = size;
+      c.residual = true;
+      SCOPED_TRACE("channels " + std::to_string(channels) + " size " + std::to_string(size));
+      ExpectSame(ForwardAndBackward(c, true), ForwardAndBackward(c, false), 1e-4);
+    }
+  }
+}
+
 // A channel mean 500 times its spread: a naive sum of squares in float would
 // lose the variance; the shifted sums keep it.
 TEST(BatchNormActTest, LargeMeanKeepsTheVariance) {
