@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const torch::Device device = ResolveDevice(o.device, 0);
-  const CpuFeatures cpu = DetectCpuFeatures();
+  const CpuFeatures cpu = DetectCpuFeaturesFor(o.precision, device.is_cuda());
   PrecisionChoice precision;
   try {
     precision = ChoosePrecision(o.precision, device.is_cuda(), cpu);

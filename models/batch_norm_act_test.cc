@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
+
+#include "models/batch_norm_kernels.h"
 
 namespace elastic::models {
 namespace {
@@ -227,6 +231,154 @@ TEST(BatchNormActTest, FallsBackWhereTheKernelDoesNotApply) {
   const auto expected = torch::relu(bn->forward(channels_last) + channels_last);
   const auto y = BatchNormAct(*bn, channels_last, Activation::kRelu, channels_last);
   EXPECT_TRUE(torch::allclose(y, expected));
+}
+
+// Every compiled version of the kernels (baseline, AVX2, AVX512: each one a
+// CPU of this kind may run) against ATen's batch norm in float64, in training
+// (output, running statistics, every gradient) and in evaluation, on float
+// and bfloat16 inputs. 123 channels: blocks of 64, 32, 16 and 8 channels and
+// single ones; 648 rows: several tiles and a short last one. A version this
+// CPU cannot run is named in the log, not silently passed.
+class KernelVersionTest : public ::testing::TestWithParam<kernels::InstructionSet> {
+ protected:
+  void SetUp() override {
+    const auto sets = kernels::InstructionSetsOfThisCpu();
+    if (std::find(sets.begin(), sets.end(), GetParam()) == sets.end()) {
+      GTEST_SKIP() << "the " << kernels::InstructionSetName(GetParam())
+                   << " kernels are not tested here: this CPU cannot run them (its cpuid lacks "
+                      "the instructions); a machine that has them tests them";
+    }
+    kernels::UseInstructionSet(GetParam());
+    ASSERT_EQ(kernels::ActiveInstructionSet(), GetParam());
+  }
+  void TearDown() override { kernels::UseInstructionSet(std::nullopt); }
+};
+
+struct Float64Reference {
+  torch::Tensor y, running_mean, running_var, dx, dweight, dbias, dresidual;
+};
+
+// nn::BatchNorm2d's maths in float64 on the same values: batch statistics,
+// biased variance to normalise, unbiased for the running variance.
+Float64Reference TrainInFloat64(const nn::BatchNorm2d& bn, const torch::Tensor& x,
+                                const torch::Tensor& residual, const torch::Tensor& upstream,
+                                bool relu) {
+  auto as_double = [](const torch::Tensor& t) {
+    return t.detach().to(torch::kDouble).contiguous().requires_grad_();
+  };
+  torch::Tensor input = as_double(x), weight = as_double(bn->weight), bias = as_double(bn->bias);
+  torch::Tensor shortcut = residual.defined() ? as_double(residual) : torch::Tensor();
+  torch::Tensor mean = bn->running_mean.to(torch::kDouble),
+                var = bn->running_var.to(torch::kDouble);
+  torch::Tensor y = torch::batch_norm(input, weight, bias, mean, var, /*training=*/true,
+                                      bn->options.momentum().value(), bn->options.eps(), false);
+  if (shortcut.defined()) y = y + shortcut;
+  if (relu) y = torch::relu(y);
+  (y * upstream.to(torch::kDouble)).sum().backward();
+  return {y.detach(),
+          mean,
+          var,
+          input.grad(),
+          weight.grad(),
+          bias.grad(),
+          shortcut.defined() ? shortcut.grad() : torch::Tensor()};
+}
+
+TEST_P(KernelVersionTest, TrainingMatchesFloat64) {
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const bool residual : {false, true}) {
+      for (const bool relu : {false, true}) {
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + (residual ? " + residual" : "") +
+                     (relu ? " + relu" : ""));
+        torch::manual_seed(11);
+        nn::BatchNorm2d bn(123);
+        {
+          torch::NoGradGuard no_grad;
+          bn->weight.uniform_(0.5, 1.5);
+          bn->bias.uniform_(-0.5, 0.5);
+          bn->running_mean.uniform_(-1, 1);
+          bn->running_var.uniform_(0.5, 2);
+        }
+        auto make = [&](double offset) {
+          return (torch::randn({8, 123, 9, 9}) * 2 + offset)
+              .to(dtype)
+              .contiguous(at::MemoryFormat::ChannelsLast)
+              .requires_grad_();
+        };
+        torch::Tensor x = make(3.0);
+        torch::Tensor shortcut = residual ? make(0.0) : torch::Tensor();
+        torch::Tensor upstream = torch::randn({8, 123, 9, 9}).to(dtype).to(torch::kFloat32);
+        const Float64Reference want = TrainInFloat64(bn, x, shortcut, upstream, relu);
+
+        ASSERT_TRUE(FusedBatchNormApplies(*bn, x, shortcut));
+        torch::Tensor y =
+            BatchNormAct(*bn, x, relu ? Activation::kRelu : Activation::kIdentity, shortcut);
+        (y.to(torch::kFloat32) * upstream).sum().backward();
+        // float: float's rounding; bfloat16: one rounding of each result to
+        // 8 significant bits.
+        const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+        ExpectClose(y.detach().to(torch::kDouble), want.y, tolerance, "output");
+        ExpectClose(bn->running_mean.to(torch::kDouble), want.running_mean, 1e-6, "running mean");
+        ExpectClose(bn->running_var.to(torch::kDouble), want.running_var, 1e-6, "running variance");
+        ExpectClose(x.grad().to(torch::kDouble), want.dx, tolerance, "input gradient");
+        ExpectClose(bn->weight.grad().to(torch::kDouble), want.dweight, 1e-5, "weight gradient");
+        ExpectClose(bn->bias.grad().to(torch::kDouble), want.dbias, 1e-5, "bias gradient");
+        if (residual) {
+          ExpectClose(shortcut.grad().to(torch::kDouble), want.dresidual, tolerance,
+                      "residual gradient");
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelVersionTest, EvaluationMatchesFloat64) {
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(12);
+    nn::BatchNorm2d bn(123);
+    {
+      torch::NoGradGuard no_grad;
+      bn->weight.uniform_(0.5, 1.5);
+      bn->bias.uniform_(-0.5, 0.5);
+      bn->running_mean.uniform_(-1, 1);
+      bn->running_var.uniform_(0.5, 2);
+    }
+    bn->eval();
+    torch::NoGradGuard no_grad;
+    const auto x =
+        torch::randn({8, 123, 9, 9}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto r =
+        torch::randn({8, 123, 9, 9}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+    ASSERT_TRUE(FusedBatchNormApplies(*bn, x, r));
+    const auto d = [](const torch::Tensor& t) { return t.to(torch::kDouble); };
+    const auto want =
+        torch::relu(torch::batch_norm(d(x), d(bn->weight), d(bn->bias), d(bn->running_mean),
+                                      d(bn->running_var), false, 0.1, bn->options.eps(), false) +
+                    d(r));
+    const auto y = BatchNormAct(*bn, x, Activation::kRelu, r);
+    ExpectClose(d(y), want, dtype == torch::kFloat32 ? 1e-6 : 1e-2, "evaluation output");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVersion, KernelVersionTest,
+                         ::testing::Values(kernels::InstructionSet::kBaseline,
+                                           kernels::InstructionSet::kAvx2,
+                                           kernels::InstructionSet::kAvx512),
+                         [](const auto& info) {
+                           return std::string(kernels::InstructionSetName(info.param));
+                         });
+
+TEST(KernelVersionTest, AVersionThisCpuCannotRunIsRefused) {
+  const auto sets = kernels::InstructionSetsOfThisCpu();
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets.front(), kernels::InstructionSet::kBaseline);
+  EXPECT_EQ(kernels::ActiveInstructionSet(), sets.back()) << "the widest runs by default";
+  if (sets.back() != kernels::InstructionSet::kAvx512) {
+    EXPECT_THROW(kernels::UseInstructionSet(kernels::InstructionSet::kAvx512),
+                 std::invalid_argument);
+    EXPECT_EQ(kernels::ActiveInstructionSet(), sets.back());
+  }
 }
 
 }  // namespace

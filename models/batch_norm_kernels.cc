@@ -1,13 +1,16 @@
 #include "models/batch_norm_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
-// Each entry point is compiled three times and the loader picks the widest
-// the CPU has (GCC function multiversioning); the bodies are inlined into each.
-#define ELASTIC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Each entry point is compiled once per instruction set (a target attribute
+// on a thin wrapper, the bodies inlined into it) and called through the table
+// of the set in use: the widest the CPU has, or the one a test chose.
 #define ELASTIC_INLINE inline __attribute__((always_inline))
 // Lambdas inside a cloned body must be inlined into it to get its target.
 #define ELASTIC_LAMBDA_INLINE __attribute__((always_inline))
@@ -229,46 +232,152 @@ ELASTIC_INLINE void InputGradientDispatch(const T* dy, const T* y, const T* x, T
   InputGradientBody<T, false>(dy, y, x, dx, rows, mean, a, b, k);
 }
 
+// One table of entry points per instruction set.
+struct Table {
+  void (*sum_float)(const float*, Rows, const float*, double*, double*);
+  void (*sum_bf16)(const uint16_t*, Rows, const float*, double*, double*);
+  void (*normalize_float)(const float*, const float*, float*, Rows, const float*, const float*,
+                          bool);
+  void (*normalize_bf16)(const uint16_t*, const uint16_t*, uint16_t*, Rows, const float*,
+                         const float*, bool);
+  void (*reduce_float)(const float*, const float*, const float*, float*, Rows, const float*, bool,
+                       double*, double*);
+  void (*reduce_bf16)(const uint16_t*, const uint16_t*, const uint16_t*, uint16_t*, Rows,
+                      const float*, bool, double*, double*);
+  void (*input_float)(const float*, const float*, const float*, float*, Rows, const float*,
+                      const float*, const float*, const float*, bool);
+  void (*input_bf16)(const uint16_t*, const uint16_t*, const uint16_t*, uint16_t*, Rows,
+                     const float*, const float*, const float*, const float*, bool);
+};
+
+// The bodies, compiled for TARGET (a GCC target attribute, or nothing).
+#define ELASTIC_KERNEL_TABLE(TARGET)                                                          \
+  Table {                                                                                     \
+    [](const float* x, Rows rows, const float* origin, double* sum, double* square)           \
+        TARGET { SumShiftedBody(x, rows, origin, sum, square); },                             \
+        [](const uint16_t* x, Rows rows, const float* origin, double* sum, double* square)    \
+            TARGET { SumShiftedBody(x, rows, origin, sum, square); },                         \
+        [](const float* x, const float* residual, float* y, Rows rows, const float* scale,    \
+           const float* shift, bool relu)                                                     \
+            TARGET { NormalizeDispatch(x, residual, y, rows, scale, shift, relu); },          \
+        [](const uint16_t* x, const uint16_t* residual, uint16_t* y, Rows rows,               \
+           const float* scale, const float* shift, bool relu)                                 \
+            TARGET { NormalizeDispatch(x, residual, y, rows, scale, shift, relu); },          \
+        [](const float* dy, const float* y, const float* x, float* residual_grad, Rows rows,  \
+           const float* mean, bool relu, double* sum_g, double* sum_gx) TARGET {              \
+          ReduceGradientDispatch(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);   \
+        },                                                                                    \
+        [](const uint16_t* dy, const uint16_t* y, const uint16_t* x, uint16_t* residual_grad, \
+           Rows rows, const float* mean, bool relu, double* sum_g, double* sum_gx) TARGET {   \
+          ReduceGradientDispatch(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);   \
+        },                                                                                    \
+        [](const float* dy, const float* y, const float* x, float* dx, Rows rows,             \
+           const float* mean, const float* a, const float* b, const float* k, bool relu)      \
+            TARGET { InputGradientDispatch(dy, y, x, dx, rows, mean, a, b, k, relu); },       \
+        [](const uint16_t* dy, const uint16_t* y, const uint16_t* x, uint16_t* dx, Rows rows, \
+           const float* mean, const float* a, const float* b, const float* k, bool relu)      \
+            TARGET { InputGradientDispatch(dy, y, x, dx, rows, mean, a, b, k, relu); },       \
+  }
+
+const Table kBaselineTable = ELASTIC_KERNEL_TABLE();
+const Table kAvx2Table = ELASTIC_KERNEL_TABLE(__attribute__((target("avx2,fma"))));
+const Table kAvx512Table = ELASTIC_KERNEL_TABLE(__attribute__((target("avx512f,avx2,fma"))));
+
+const Table& TableOf(InstructionSet set) {
+  switch (set) {
+    case InstructionSet::kAvx512:
+      return kAvx512Table;
+    case InstructionSet::kAvx2:
+      return kAvx2Table;
+    case InstructionSet::kBaseline:
+      break;
+  }
+  return kBaselineTable;
+}
+
+InstructionSet WidestOfThisCpu() {
+  // libgcc's cpuid reading also checks that the OS saves the wider registers.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma")) {
+    return InstructionSet::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return InstructionSet::kAvx2;
+  return InstructionSet::kBaseline;
+}
+
+std::atomic<InstructionSet> active{WidestOfThisCpu()};
+
+const Table& Active() { return TableOf(active.load(std::memory_order_relaxed)); }
+
 }  // namespace
 
-ELASTIC_VECTOR_CLONES void SumShifted(const float* x, Rows rows, const float* origin, double* sum,
-                                      double* square) {
-  SumShiftedBody(x, rows, origin, sum, square);
-}
-ELASTIC_VECTOR_CLONES void SumShifted(const uint16_t* x, Rows rows, const float* origin,
-                                      double* sum, double* square) {
-  SumShiftedBody(x, rows, origin, sum, square);
-}
-
-ELASTIC_VECTOR_CLONES void Normalize(const float* x, const float* residual, float* y, Rows rows,
-                                     const float* scale, const float* shift, bool relu) {
-  NormalizeDispatch(x, residual, y, rows, scale, shift, relu);
-}
-ELASTIC_VECTOR_CLONES void Normalize(const uint16_t* x, const uint16_t* residual, uint16_t* y,
-                                     Rows rows, const float* scale, const float* shift, bool relu) {
-  NormalizeDispatch(x, residual, y, rows, scale, shift, relu);
+const char* InstructionSetName(InstructionSet set) {
+  switch (set) {
+    case InstructionSet::kAvx512:
+      return "avx512";
+    case InstructionSet::kAvx2:
+      return "avx2";
+    case InstructionSet::kBaseline:
+      break;
+  }
+  return "baseline";
 }
 
-ELASTIC_VECTOR_CLONES void ReduceGradient(const float* dy, const float* y, const float* x,
-                                          float* residual_grad, Rows rows, const float* mean,
-                                          bool relu, double* sum_g, double* sum_gx) {
-  ReduceGradientDispatch(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);
-}
-ELASTIC_VECTOR_CLONES void ReduceGradient(const uint16_t* dy, const uint16_t* y, const uint16_t* x,
-                                          uint16_t* residual_grad, Rows rows, const float* mean,
-                                          bool relu, double* sum_g, double* sum_gx) {
-  ReduceGradientDispatch(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);
+std::vector<InstructionSet> InstructionSetsOfThisCpu() {
+  std::vector<InstructionSet> sets{InstructionSet::kBaseline};
+  const InstructionSet widest = WidestOfThisCpu();
+  if (widest != InstructionSet::kBaseline) sets.push_back(InstructionSet::kAvx2);
+  if (widest == InstructionSet::kAvx512) sets.push_back(InstructionSet::kAvx512);
+  return sets;
 }
 
-ELASTIC_VECTOR_CLONES void InputGradient(const float* dy, const float* y, const float* x, float* dx,
-                                         Rows rows, const float* mean, const float* a,
-                                         const float* b, const float* k, bool relu) {
-  InputGradientDispatch(dy, y, x, dx, rows, mean, a, b, k, relu);
+InstructionSet ActiveInstructionSet() { return active.load(); }
+
+void UseInstructionSet(std::optional<InstructionSet> set) {
+  const InstructionSet widest = WidestOfThisCpu();
+  if (set.has_value() && static_cast<int>(*set) > static_cast<int>(widest)) {
+    throw std::invalid_argument(std::string("batch norm kernels: this CPU cannot run the ") +
+                                InstructionSetName(*set) + " kernels (its widest is " +
+                                InstructionSetName(widest) + ")");
+  }
+  active.store(set.value_or(widest));
 }
-ELASTIC_VECTOR_CLONES void InputGradient(const uint16_t* dy, const uint16_t* y, const uint16_t* x,
-                                         uint16_t* dx, Rows rows, const float* mean, const float* a,
-                                         const float* b, const float* k, bool relu) {
-  InputGradientDispatch(dy, y, x, dx, rows, mean, a, b, k, relu);
+
+void SumShifted(const float* x, Rows rows, const float* origin, double* sum, double* square) {
+  Active().sum_float(x, rows, origin, sum, square);
+}
+void SumShifted(const uint16_t* x, Rows rows, const float* origin, double* sum, double* square) {
+  Active().sum_bf16(x, rows, origin, sum, square);
+}
+
+void Normalize(const float* x, const float* residual, float* y, Rows rows, const float* scale,
+               const float* shift, bool relu) {
+  Active().normalize_float(x, residual, y, rows, scale, shift, relu);
+}
+void Normalize(const uint16_t* x, const uint16_t* residual, uint16_t* y, Rows rows,
+               const float* scale, const float* shift, bool relu) {
+  Active().normalize_bf16(x, residual, y, rows, scale, shift, relu);
+}
+
+void ReduceGradient(const float* dy, const float* y, const float* x, float* residual_grad,
+                    Rows rows, const float* mean, bool relu, double* sum_g, double* sum_gx) {
+  Active().reduce_float(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);
+}
+void ReduceGradient(const uint16_t* dy, const uint16_t* y, const uint16_t* x,
+                    uint16_t* residual_grad, Rows rows, const float* mean, bool relu, double* sum_g,
+                    double* sum_gx) {
+  Active().reduce_bf16(dy, y, x, residual_grad, rows, mean, relu, sum_g, sum_gx);
+}
+
+void InputGradient(const float* dy, const float* y, const float* x, float* dx, Rows rows,
+                   const float* mean, const float* a, const float* b, const float* k, bool relu) {
+  Active().input_float(dy, y, x, dx, rows, mean, a, b, k, relu);
+}
+void InputGradient(const uint16_t* dy, const uint16_t* y, const uint16_t* x, uint16_t* dx,
+                   Rows rows, const float* mean, const float* a, const float* b, const float* k,
+                   bool relu) {
+  Active().input_bf16(dy, y, x, dx, rows, mean, a, b, k, relu);
 }
 
 float Bf16ToFloat(uint16_t bits) { return Load(&bits); }

@@ -5,8 +5,9 @@
 // channels-last bf16 (a 128x16x32x32 forward takes 3.7x the time of reading
 // and writing it), and ReLU and the add are separate passes. In resnet8 they
 // are a third of the step. These loops touch each tensor the fewest times the
-// maths allows and vectorise across channels (GCC clones each one for AVX512,
-// AVX2 and plain x86-64 and picks at run time).
+// maths allows and vectorise across channels: each is compiled for AVX512,
+// AVX2 + FMA and baseline x86-64, and the widest the CPU has runs (a test can
+// choose another, so that every version is checked on one machine).
 //
 // Pure functions on raw arrays, no LibTorch: a caller splits the rows between
 // threads and combines the per-channel sums. Elements are float or bfloat16
@@ -16,17 +17,36 @@
 #define ELASTIC_MODELS_BATCH_NORM_KERNELS_H_
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace elastic::models::kernels {
 
-// One contiguous range of rows of a [rows, channels] tensor.
 // The most channels a kernel takes (its per-channel block sums live on the stack).
 constexpr int64_t kMaxChannels = 4096;
 
+// One contiguous range of rows of a [rows, channels] tensor.
 struct Rows {
   int64_t count = 0;
   int64_t channels = 0;
 };
+
+// The instruction sets the kernels are compiled for, narrowest first.
+enum class InstructionSet { kBaseline, kAvx2, kAvx512 };
+
+// "baseline", "avx2", "avx512".
+const char* InstructionSetName(InstructionSet set);
+
+// The sets this CPU runs (baseline, and what its cpuid and OS allow).
+std::vector<InstructionSet> InstructionSetsOfThisCpu();
+
+// The set the entry points below use now.
+InstructionSet ActiveInstructionSet();
+
+// For tests and benchmarks: every entry point runs `set`'s version from now
+// on, process-wide; std::nullopt goes back to the widest this CPU has.
+// Throws std::invalid_argument for a set this CPU cannot run.
+void UseInstructionSet(std::optional<InstructionSet> set);
 
 // sum[c] += sum over rows of (x - origin[c]); square[c] += sum of its square.
 // Shifting by a value of the channel (any row's) keeps the variance exact when

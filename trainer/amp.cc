@@ -1,8 +1,11 @@
 #include "trainer/amp.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -67,6 +70,63 @@ void CheckAutocastSupported(const torch::Device& device, Precision precision) {
     throw std::runtime_error(what + ": this LibTorch does not autocast to " + c10::toString(want) +
                              " on " + device.str());
   }
+}
+
+namespace {
+
+double RelativeError(const torch::Tensor& value, const torch::Tensor& reference) {
+  const torch::Tensor want = reference.to(torch::kDouble);
+  return ((value.to(torch::kDouble) - want).norm() / want.norm()).item<double>();
+}
+
+// One convolution forward and backward in `precision` on `memory_format`
+// inputs: its output and the gradients of its input and weight, in float.
+std::vector<torch::Tensor> ConvolutionAndGradients(const torch::Tensor& x, const torch::Tensor& w,
+                                                   const torch::Tensor& upstream,
+                                                   Precision precision,
+                                                   at::MemoryFormat memory_format) {
+  torch::Tensor input = x.contiguous(memory_format).requires_grad_();
+  torch::Tensor weight = w.contiguous(memory_format).requires_grad_();
+  torch::Tensor output;
+  {
+    AutocastScope autocast(torch::kCPU, precision);
+    output = torch::conv2d(input, weight, {}, 1, 1);
+  }
+  output.backward(upstream.to(output.scalar_type()).contiguous(memory_format));
+  return {output.detach().to(torch::kFloat), input.grad(), weight.grad()};
+}
+
+}  // namespace
+
+double MeasureBf16ConvolutionError() {
+  static const double error = [] {
+    torch::AutoGradMode grad_mode(true);
+    // 32 x 32 x 32 pixels: gradient sums of 32,768 terms, far past the 256
+    // after which a bf16 running sum stops taking small terms in.
+    at::Generator generator = at::detail::createCPUGenerator(20261125);
+    const auto options = torch::TensorOptions().dtype(torch::kFloat);
+    const torch::Tensor x = torch::randn({32, 16, 32, 32}, generator, options);
+    const torch::Tensor w = torch::randn({16, 16, 3, 3}, generator, options) / 12;
+    const torch::Tensor upstream = torch::randn({32, 16, 32, 32}, generator, options);
+    double worst = 0;
+    for (const auto format : {at::MemoryFormat::ChannelsLast, at::MemoryFormat::Contiguous}) {
+      const auto reference = ConvolutionAndGradients(x, w, upstream, Precision::kFloat32, format);
+      const auto bf16 = ConvolutionAndGradients(x, w, upstream, Precision::kBFloat16, format);
+      for (size_t i = 0; i < reference.size(); ++i) {
+        worst = std::max(worst, RelativeError(bf16[i], reference[i]));
+      }
+    }
+    return worst;
+  }();
+  return error;
+}
+
+CpuFeatures DetectCpuFeaturesFor(const std::string& requested, bool cuda) {
+  CpuFeatures cpu = DetectCpuFeatures();
+  if (NeedsBf16Check(requested, cuda, cpu)) {
+    cpu.bf16_convolution_error = MeasureBf16ConvolutionError();
+  }
+  return cpu;
 }
 
 AutocastScope::AutocastScope(const torch::Device& device, Precision precision)

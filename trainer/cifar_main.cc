@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
     elastic::trainer::ValidateTrainOptions(options, models);
     if (elastic::trainer::StartedByMpirun()) elastic::trainer::ValidateMpiRun(elastic_options);
     elastic::trainer::ValidateElasticOptions(elastic_options, options);
+    // The workers would compute here: refuse what they would get wrong now.
+    if (!elastic_options.controller_only && !options.list_models) {
+      elastic::trainer::CheckArithmetic(options);
+    }
   } catch (const FlagError& e) {
     std::fprintf(stderr, "cifar: %s\n", e.what());
     return 2;

@@ -3,6 +3,7 @@
 #include <cpuid.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "trainer/flags.h"
 
@@ -60,10 +61,36 @@ std::string DescribeCpu(const CpuFeatures& cpu) {
 
 std::vector<std::string> PrecisionValues() { return {"auto", "fp32", "bf16", "fp16"}; }
 
+namespace {
+
+bool NativeBf16(const CpuFeatures& cpu) { return cpu.amx_bf16 || cpu.avx512_bf16; }
+
+bool Bf16ConvolutionsWrong(const CpuFeatures& cpu) {
+  return cpu.bf16_convolution_error > kMaxBf16ConvolutionError;
+}
+
+std::string Percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f%%", 100 * fraction);
+  return text;
+}
+
+}  // namespace
+
+bool NeedsBf16Check(const std::string& requested, bool cuda, const CpuFeatures& cpu) {
+  if (cuda) return false;
+  return requested == "bf16" || (requested == "auto" && NativeBf16(cpu));
+}
+
 PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const CpuFeatures& cpu) {
-  const bool native_bf16 = cpu.amx_bf16 || cpu.avx512_bf16;
+  const bool native_bf16 = NativeBf16(cpu);
   if (requested == "auto") {
     if (cuda) return {Precision::kFloat32, "auto on CUDA (fp16 or bf16 with --precision)"};
+    if (native_bf16 && Bf16ConvolutionsWrong(cpu)) {
+      return {Precision::kFloat32, "auto: this CPU has " + DescribeCpu(cpu) +
+                                       ", but LibTorch's bf16 convolutions are " +
+                                       Percent(cpu.bf16_convolution_error) + " off fp32 here"};
+    }
     if (native_bf16) {
       return {Precision::kBFloat16,
               "auto: this CPU has " + DescribeCpu(cpu) + "; --precision=fp32 turns it off"};
@@ -72,7 +99,15 @@ PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const C
   }
   if (requested == "fp32") return {Precision::kFloat32, "--precision=fp32"};
   if (requested == "bf16") {
-    if (cuda || native_bf16) return {Precision::kBFloat16, "--precision=bf16"};
+    if (cuda) return {Precision::kBFloat16, "--precision=bf16"};
+    if (Bf16ConvolutionsWrong(cpu)) {
+      throw FlagError("--precision=bf16: LibTorch's bf16 convolutions on this CPU (" +
+                      DescribeCpu(cpu) + ") are " + Percent(cpu.bf16_convolution_error) +
+                      " off fp32, where a correct one is within about 0.5% (measured at start: "
+                      "without oneDNN's bf16 kernels LibTorch sums the gradients in bf16), and "
+                      "would train a broken model; use --precision=fp32, which auto picks here");
+    }
+    if (native_bf16) return {Precision::kBFloat16, "--precision=bf16"};
     return {Precision::kBFloat16,
             "--precision=bf16, emulated: this CPU has no AMX-BF16 or AVX512-BF16, expect it "
             "slower than fp32"};

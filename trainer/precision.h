@@ -25,7 +25,16 @@ const char* PrecisionName(Precision precision);
 struct CpuFeatures {
   bool avx512_bf16 = false;  // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4/5)
   bool amx_bf16 = false;     // AMX tiles with bf16 (Sapphire Rapids and later)
+  // How far LibTorch's bf16 convolutions are from fp32's on this CPU, as a
+  // relative error (MeasureBf16ConvolutionError in amp.h; 0: not measured).
+  // Instructions are not enough: LibTorch 1.13 without oneDNN's bf16 kernels
+  // (CPUs without AVX-512) sums convolution gradients in bf16.
+  double bf16_convolution_error = 0;
 };
+
+// A correct bf16 convolution rounds its operands once: about 0.3% from fp32
+// in norm. Above this, it sums in bf16 and trains a broken model.
+constexpr double kMaxBf16ConvolutionError = 0.01;
 CpuFeatures DetectCpuFeatures();
 // "AMX-BF16 and AVX512-BF16", "AVX512-BF16", or "no bf16 instructions".
 std::string DescribeCpu(const CpuFeatures& cpu);
@@ -36,10 +45,16 @@ struct PrecisionChoice {
 };
 
 // --precision: auto picks bf16 on a CPU that runs it natively (AMX-BF16 or
-// AVX512-BF16) and fp32 on every other CPU and on CUDA (where fp16 and bf16
-// are a choice the user makes); fp32/bf16/fp16 force it. Throws FlagError
-// (naming --precision) for an unknown value or fp16 on a CPU.
+// AVX512-BF16) and correctly (cpu.bf16_convolution_error), fp32 on every
+// other CPU and on CUDA (where fp16 and bf16 are a choice the user makes);
+// fp32/bf16/fp16 force it. Throws FlagError (naming --precision) for an
+// unknown value, fp16 on a CPU, and bf16 on a CPU whose bf16 convolutions are
+// wrong (the message says by how much and what to use instead).
 PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const CpuFeatures& cpu);
+
+// Whether ChoosePrecision needs cpu.bf16_convolution_error for `requested`
+// (measuring it costs a few convolutions).
+bool NeedsBf16Check(const std::string& requested, bool cuda, const CpuFeatures& cpu);
 
 // Values of --precision, for --help.
 std::vector<std::string> PrecisionValues();

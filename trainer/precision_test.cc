@@ -43,6 +43,45 @@ TEST(PrecisionTest, ForcedEitherWayAndEmulatedBf16IsSaidToBeSlow) {
   EXPECT_EQ(ChoosePrecision("bf16", true, kNoBf16).precision, Precision::kBFloat16);
 }
 
+// LibTorch 1.13 on an AVX2-only CPU sums bf16 convolution gradients in bf16
+// (measured 19% off fp32 in MeasureBf16ConvolutionError): bf16 is refused
+// with the figure and the way out, and auto never picks it.
+TEST(PrecisionTest, Bf16WhoseConvolutionsAreWrongIsRefusedOrNotPicked) {
+  CpuFeatures wrong = kNoBf16;
+  wrong.bf16_convolution_error = 0.189;
+  try {
+    ChoosePrecision("bf16", false, wrong);
+    FAIL() << "bf16 that trains a broken model must be refused";
+  } catch (const FlagError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--precision=bf16"), std::string::npos) << message;
+    EXPECT_NE(message.find("18.9% off fp32"), std::string::npos) << message;
+    EXPECT_NE(message.find("use --precision=fp32"), std::string::npos) << message;
+  }
+  EXPECT_EQ(ChoosePrecision("auto", false, wrong).precision, Precision::kFloat32);
+  // Native instructions but wrong convolutions (a LibTorch without oneDNN's
+  // bf16 kernels): auto says so and takes fp32.
+  CpuFeatures native_but_wrong = kAvx512Bf16;
+  native_but_wrong.bf16_convolution_error = 0.05;
+  const PrecisionChoice fallback = ChoosePrecision("auto", false, native_but_wrong);
+  EXPECT_EQ(fallback.precision, Precision::kFloat32);
+  EXPECT_NE(fallback.why.find("5.0% off fp32"), std::string::npos) << fallback.why;
+  EXPECT_THROW(ChoosePrecision("bf16", false, native_but_wrong), FlagError);
+  // Right at the bound, and on CUDA (whose kernels the CPU check says nothing of).
+  CpuFeatures at_bound = kNoBf16;
+  at_bound.bf16_convolution_error = kMaxBf16ConvolutionError;
+  EXPECT_EQ(ChoosePrecision("bf16", false, at_bound).precision, Precision::kBFloat16);
+  EXPECT_EQ(ChoosePrecision("bf16", true, wrong).precision, Precision::kBFloat16);
+}
+
+TEST(PrecisionTest, TheConvolutionsAreMeasuredOnlyWhereBf16IsInQuestion) {
+  EXPECT_TRUE(NeedsBf16Check("bf16", false, kNoBf16));
+  EXPECT_TRUE(NeedsBf16Check("auto", false, kAvx512Bf16));
+  EXPECT_FALSE(NeedsBf16Check("auto", false, kNoBf16));
+  EXPECT_FALSE(NeedsBf16Check("fp32", false, kAmx));
+  EXPECT_FALSE(NeedsBf16Check("bf16", true, kNoBf16));
+}
+
 TEST(PrecisionTest, ImpossibleValuesAreFlagErrorsNamingTheFlag) {
   try {
     ChoosePrecision("fp16", false, kAmx);

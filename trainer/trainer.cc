@@ -87,8 +87,8 @@ std::string Arithmetic::Summary() const {
 
 Arithmetic ChooseArithmetic(const TrainOptions& o, const torch::Device& device) {
   Arithmetic a;
-  const PrecisionChoice precision =
-      ChoosePrecision(o.precision, device.is_cuda(), DetectCpuFeatures());
+  const PrecisionChoice precision = ChoosePrecision(
+      o.precision, device.is_cuda(), DetectCpuFeaturesFor(o.precision, device.is_cuda()));
   a.precision = precision.precision;
   const bool prefers = models::PrefersChannelsLast(o.model);
   a.channels_last = ChooseChannelsLast(o.memory_format, prefers);
@@ -100,6 +100,16 @@ Arithmetic ChooseArithmetic(const TrainOptions& o, const torch::Device& device) 
                      (prefers ? " measured faster channels-last" : " measured faster contiguous")) +
           ")";
   return a;
+}
+
+void CheckArithmetic(const TrainOptions& options) {
+  torch::Device device = torch::kCPU;
+  try {
+    device = ResolveDevice(options.device, 0);
+  } catch (const std::runtime_error&) {
+    return;
+  }
+  ChooseArithmetic(options, device);
 }
 
 LearnerOptions MakeLearnerOptions(const TrainOptions& o, int64_t num_classes,

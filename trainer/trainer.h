@@ -43,6 +43,12 @@ struct Arithmetic {
 };
 Arithmetic ChooseArithmetic(const TrainOptions& options, const torch::Device& device);
 
+// ChooseArithmetic on the device a local worker would get, for the command
+// line: throws FlagError where the flags ask for arithmetic this machine gets
+// wrong (bf16 whose convolutions sum in bf16), before any worker starts. A
+// --device that cannot be resolved is left for the run to report.
+void CheckArithmetic(const TrainOptions& options);
+
 // The Learner's configuration from the flags.
 LearnerOptions MakeLearnerOptions(const TrainOptions& options, int64_t num_classes,
                                   const Arithmetic& arithmetic);
