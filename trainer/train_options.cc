@@ -58,8 +58,10 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddString("precision", &o.precision,
               "Precision of the forward pass (autocast; weights, gradients, their allreduce and "
               "checkpoints stay fp32). auto: bf16 on a CPU with AMX-BF16 or AVX512-BF16, fp32 on "
-              "other CPUs and on CUDA. bf16: bfloat16 autocast (emulated, and slow, on a CPU "
-              "without them). fp16: float16 autocast with dynamic loss scaling, CUDA only.",
+              "other CPUs and on CUDA. bf16: bfloat16 autocast; refused where LibTorch's bf16 "
+              "convolutions are wrong (measured at start: AVX2-only CPUs), emulated and slow "
+              "on other CPUs without those instructions. fp16: float16 autocast with dynamic "
+              "loss scaling, CUDA only.",
               {"auto", "fp32", "bf16", "fp16"});
   f.AddString("memory-format", &o.memory_format,
               "Memory format of images and convolution weights. auto: channels-last for the "

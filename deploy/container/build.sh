@@ -19,7 +19,9 @@ args=(build -f deploy/container/Dockerfile --build-arg "BASE=$base" -t "$tag")
 if [ "$(basename "$engine")" = podman ]; then
   # podman can mount the host's Bazel disk cache into the build: compiled
   # actions are reused (docker build cannot mount; it builds from scratch).
-  cache="$HOME/.cache/elastic-bazel-disk"
+  # Bazel's test environment has no HOME: fall back to the user's home.
+  home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+  cache="$home/.cache/elastic-bazel-disk"
   mkdir -p "$cache"
   args+=(--volume "$cache:/root/.cache/elastic-bazel-disk")
 fi

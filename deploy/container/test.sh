@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/deploy/container/containers.conf}
 deploy/container/make_base_image.sh
-exec bazel test //tests:container_test --test_output=streamed "$@"
+exec bazel test //tests:container_test --test_output=streamed --test_env=HOME "$@"
