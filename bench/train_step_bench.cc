@@ -221,22 +221,35 @@ std::string Flops(double flops_per_image, double images_per_second, double peak)
   return text;
 }
 
+// value (or value / over) in `format`; "-" for a figure not measured (0).
+std::string Figure(const char* format, double value, double over = 1) {
+  if (value <= 0 || over <= 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof(text), format, value / over);
+  return text;
+}
+
 // Contiguous against channels-last, fp32 and bf16, for each model: the
 // measurement behind models::PrefersChannelsLast.
+// bf16 settings are left out ("-") where bf16 is refused on this CPU
+// (its convolutions are wrong: precision.h), as a run would refuse them.
 void SweepMemoryFormats(const std::vector<std::string>& models,
-                        const std::shared_ptr<const Dataset>& data, const BenchOptions& o) {
+                        const std::shared_ptr<const Dataset>& data, const BenchOptions& o,
+                        bool bf16_usable) {
   std::printf(
       "\nmemory-format sweep (ours, img/s; channels-last / contiguous; auto today):\n\n"
       "| model | fp32 contiguous | fp32 channels-last | ratio | bf16 contiguous | bf16 "
       "channels-last | ratio | auto |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& model : models) {
-    double v[4];
-    for (int i = 0; i < 4; ++i) {
+    double v[4] = {0, 0, 0, 0};
+    for (int i = 0; i < (bf16_usable ? 4 : 2); ++i) {
       Setting setting{i < 2 ? Precision::kFloat32 : Precision::kBFloat16, i % 2 == 1};
       v[i] = MeasureOurs(model, data, o, setting);
     }
-    std::printf("| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s |\n", model.c_str(), v[0],
-                v[1], v[1] / v[0], v[2], v[3], v[3] / v[2],
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", model.c_str(),
+                Figure("%.1f", v[0]).c_str(), Figure("%.1f", v[1]).c_str(),
+                Figure("%.2fx", v[1], v[0]).c_str(), Figure("%.1f", v[2]).c_str(),
+                Figure("%.1f", v[3]).c_str(), Figure("%.2fx", v[3], v[2]).c_str(),
                 elastic::models::PrefersChannelsLast(model) ? "channels-last" : "contiguous");
     std::fflush(stdout);
   }
@@ -310,7 +323,11 @@ int main(int argc, char** argv) {
   }
 
   const double peak_fp32 = device.is_cpu() ? PeakFlops(torch::kFloat32) : 0;
-  const double peak_bf16 = device.is_cpu() ? PeakFlops(torch::kBFloat16) : 0;
+  // Where bf16 is refused its "peak" would time LibTorch's fallback GEMM,
+  // which sums in bf16: a wrong figure, and minutes long on 2048^3.
+  const bool bf16_usable =
+      !device.is_cpu() || MeasureBf16ConvolutionError() <= kMaxBf16ConvolutionError;
+  const double peak_bf16 = device.is_cpu() && bf16_usable ? PeakFlops(torch::kBFloat16) : 0;
   std::printf(
       "training throughput on %s (%s), batch %lld, %lld compute threads, %lld CIFAR-10 images "
       "from %s, SGD momentum 0.9\nprecision %s (%s)\n",
@@ -320,9 +337,10 @@ int main(int argc, char** argv) {
   if (peak_fp32 > 0) {
     std::printf(
         "peak of this machine on %lld threads (2048 x 2048 matmul or 1x1 convolution in ATen): "
-        "fp32 %.1f GFLOP/s, "
-        "bf16 %.1f GFLOP/s\n",
-        static_cast<long long>(o.threads), peak_fp32 / 1e9, peak_bf16 / 1e9);
+        "fp32 %.1f GFLOP/s, bf16 %s\n",
+        static_cast<long long>(o.threads), peak_fp32 / 1e9,
+        bf16_usable ? (Figure("%.1f", peak_bf16 / 1e9) + " GFLOP/s").c_str()
+                    : "- (refused on this CPU: its bf16 convolutions are wrong)");
   }
   std::printf(
       "\n| model | setting (both sides) | train GFLOP/img | ours fp32 contiguous img/s | ours "
@@ -380,7 +398,7 @@ int main(int argc, char** argv) {
     } else {
       models = SplitList(o.sweep);
     }
-    SweepMemoryFormats(models, train, o);
+    SweepMemoryFormats(models, train, o, bf16_usable);
   }
 
   if (o.subset_epochs > 0) {
