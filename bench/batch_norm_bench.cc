@@ -4,7 +4,11 @@
 // before, in one process, with the bytes each pass must move at the least.
 // Not a test: it prints a table; the last line is the headline.
 //
-//   bazel run -c opt //bench:batch_norm_bench -- [threads] [dtype: bf16|fp32]
+//   bazel run -c opt //bench:batch_norm_bench -- [THREADS] [bf16|fp32] [KERNELS]
+//
+// KERNELS: widest (default), avx512, avx2 or baseline: which compiled version
+// of the fused loops runs (models/batch_norm_kernels.h), so that each one can
+// be timed on one machine.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -12,10 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "models/batch_norm_act.h"
+#include "models/batch_norm_kernels.h"
 #include "trainer/allocator.h"
 
 namespace {
@@ -58,9 +65,37 @@ double Time(torch::nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Ten
 
 }  // namespace
 
+int Usage(const char* problem) {
+  std::fprintf(stderr,
+               "batch_norm_bench: %s\nusage: batch_norm_bench [THREADS >= 1] [bf16|fp32] "
+               "[widest|avx512|avx2|baseline]\n",
+               problem);
+  return 2;
+}
+
 int main(int argc, char** argv) {
+  namespace kernels = elastic::models::kernels;
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const std::string dtype_name = argc > 2 ? argv[2] : "bf16";
+  const std::string kernels_name = argc > 3 ? argv[3] : "widest";
+  if (argc > 4) return Usage("too many arguments");
+  if (threads < 1) return Usage("THREADS must be a number >= 1");
+  if (dtype_name != "bf16" && dtype_name != "fp32") return Usage("the dtype is bf16 or fp32");
+  std::optional<kernels::InstructionSet> set;
+  if (kernels_name == "avx512") {
+    set = kernels::InstructionSet::kAvx512;
+  } else if (kernels_name == "avx2") {
+    set = kernels::InstructionSet::kAvx2;
+  } else if (kernels_name == "baseline") {
+    set = kernels::InstructionSet::kBaseline;
+  } else if (kernels_name != "widest") {
+    return Usage("KERNELS is widest, avx512, avx2 or baseline");
+  }
+  try {
+    kernels::UseInstructionSet(set);
+  } catch (const std::invalid_argument& e) {
+    return Usage(e.what());
+  }
   const auto dtype = dtype_name == "fp32" ? torch::kFloat32 : torch::kBFloat16;
   torch::set_num_threads(threads);
   elastic::trainer::KeepFreedMemoryForReuse();  // as the trainer does
@@ -71,10 +106,11 @@ int main(int argc, char** argv) {
   };
   const size_t element = dtype == torch::kFloat32 ? 4 : 2;
   std::printf(
-      "batch norm + add + ReLU, forward + backward, batch 128, %s channels-last, %d thread(s)\n\n"
+      "batch norm + add + ReLU, forward + backward, batch 128, %s channels-last, %d thread(s), "
+      "%s kernels\n\n"
       "| activation | C x H x W | ATen ms | fused ms | fused / ATen | fused GB/s (least "
       "traffic) |\n| --- | --- | --- | --- | --- | --- |\n",
-      dtype_name.c_str(), threads);
+      dtype_name.c_str(), threads, kernels::InstructionSetName(kernels::ActiveInstructionSet()));
   double product = 1;
   for (const Shape& s : shapes) {
     torch::nn::BatchNorm2d bn(s.channels);

@@ -306,9 +306,14 @@ InstructionSet WidestOfThisCpu() {
   return InstructionSet::kBaseline;
 }
 
-std::atomic<InstructionSet> active{WidestOfThisCpu()};
+// Initialised on first use: a model built by another file's static
+// initialiser may run the kernels before this file's would have run.
+std::atomic<InstructionSet>& ActiveSet() {
+  static std::atomic<InstructionSet> set{WidestOfThisCpu()};
+  return set;
+}
 
-const Table& Active() { return TableOf(active.load(std::memory_order_relaxed)); }
+const Table& Active() { return TableOf(ActiveSet().load(std::memory_order_relaxed)); }
 
 }  // namespace
 
@@ -332,7 +337,7 @@ std::vector<InstructionSet> InstructionSetsOfThisCpu() {
   return sets;
 }
 
-InstructionSet ActiveInstructionSet() { return active.load(); }
+InstructionSet ActiveInstructionSet() { return ActiveSet().load(); }
 
 void UseInstructionSet(std::optional<InstructionSet> set) {
   const InstructionSet widest = WidestOfThisCpu();
@@ -341,7 +346,7 @@ void UseInstructionSet(std::optional<InstructionSet> set) {
                                 InstructionSetName(*set) + " kernels (its widest is " +
                                 InstructionSetName(widest) + ")");
   }
-  active.store(set.value_or(widest));
+  ActiveSet().store(set.value_or(widest));
 }
 
 void SumShifted(const float* x, Rows rows, const float* origin, double* sum, double* square) {
