@@ -31,18 +31,23 @@ struct Case {
   bool bf16_values = false;  // inputs rounded to bfloat16 (then held in dtype)
 };
 
+// A module whose parameters and running statistics are drawn from the
+// global generator (seeded by the caller), away from the defaults' 1 and 0.
+nn::BatchNorm2d RandomBatchNorm(int64_t channels) {
+  nn::BatchNorm2d bn(channels);
+  torch::NoGradGuard no_grad;
+  bn->weight.uniform_(0.5, 1.5);
+  bn->bias.uniform_(-0.5, 0.5);
+  bn->running_mean.uniform_(-1, 1);
+  bn->running_var.uniform_(0.5, 2);
+  return bn;
+}
+
 // Runs BatchNormAct on a fresh module whose parameters and inputs come from
 // `seed`, fused or not; the inputs are channels-last.
 Result ForwardAndBackward(const Case& c, bool fused, uint64_t seed = 7) {
   torch::manual_seed(seed);
-  nn::BatchNorm2d bn(c.channels);
-  {
-    torch::NoGradGuard no_grad;
-    bn->weight.uniform_(0.5, 1.5);
-    bn->bias.uniform_(-0.5, 0.5);
-    bn->running_mean.uniform_(-1, 1);
-    bn->running_var.uniform_(0.5, 2);
-  }
+  nn::BatchNorm2d bn = RandomBatchNorm(c.channels);
   auto make = [&] {
     torch::Tensor t = torch::randn({c.n, c.channels, c.size, c.size}) * 2 + c.offset;
     if (c.bf16_values) t = t.to(torch::kBFloat16);
@@ -193,14 +198,7 @@ TEST(BatchNormActTest, OutputKeepsTheInputsTypeAndLayout) {
 TEST(BatchNormActTest, EvaluationMatchesTheModule) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     torch::manual_seed(3);
-    nn::BatchNorm2d bn(5);
-    {
-      torch::NoGradGuard no_grad;
-      bn->weight.uniform_(0.5, 1.5);
-      bn->bias.uniform_(-0.5, 0.5);
-      bn->running_mean.uniform_(-1, 1);
-      bn->running_var.uniform_(0.5, 2);
-    }
+    nn::BatchNorm2d bn = RandomBatchNorm(5);
     bn->eval();
     torch::NoGradGuard no_grad;
     const auto x = torch::randn({3, 5, 4, 4}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
@@ -291,14 +289,7 @@ TEST_P(KernelVersionTest, TrainingMatchesFloat64) {
         SCOPED_TRACE(std::string(c10::toString(dtype)) + (residual ? " + residual" : "") +
                      (relu ? " + relu" : ""));
         torch::manual_seed(11);
-        nn::BatchNorm2d bn(123);
-        {
-          torch::NoGradGuard no_grad;
-          bn->weight.uniform_(0.5, 1.5);
-          bn->bias.uniform_(-0.5, 0.5);
-          bn->running_mean.uniform_(-1, 1);
-          bn->running_var.uniform_(0.5, 2);
-        }
+        nn::BatchNorm2d bn = RandomBatchNorm(123);
         auto make = [&](double offset) {
           return (torch::randn({8, 123, 9, 9}) * 2 + offset)
               .to(dtype)
@@ -336,14 +327,7 @@ TEST_P(KernelVersionTest, EvaluationMatchesFloat64) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
     torch::manual_seed(12);
-    nn::BatchNorm2d bn(123);
-    {
-      torch::NoGradGuard no_grad;
-      bn->weight.uniform_(0.5, 1.5);
-      bn->bias.uniform_(-0.5, 0.5);
-      bn->running_mean.uniform_(-1, 1);
-      bn->running_var.uniform_(0.5, 2);
-    }
+    nn::BatchNorm2d bn = RandomBatchNorm(123);
     bn->eval();
     torch::NoGradGuard no_grad;
     const auto x =
