@@ -12,7 +12,7 @@
 // on a thin wrapper, the bodies inlined into it) and called through the table
 // of the set in use: the widest the CPU has, or the one a test chose.
 #define ELASTIC_INLINE inline __attribute__((always_inline))
-// Lambdas inside a cloned body must be inlined into it to get its target.
+// Lambdas inside a body must be inlined into its wrapper to get its target.
 #define ELASTIC_LAMBDA_INLINE __attribute__((always_inline))
 
 namespace elastic::models::kernels {
