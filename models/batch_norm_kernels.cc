@@ -295,15 +295,18 @@ const Table& TableOf(InstructionSet set) {
   return kBaselineTable;
 }
 
-InstructionSet WidestOfThisCpu() {
+InstructionSet DetectWidest() {
   // libgcc's cpuid reading also checks that the OS saves the wider registers.
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-      __builtin_cpu_supports("fma")) {
-    return InstructionSet::kAvx512;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    return InstructionSet::kBaseline;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return InstructionSet::kAvx2;
-  return InstructionSet::kBaseline;
+  return __builtin_cpu_supports("avx512f") ? InstructionSet::kAvx512 : InstructionSet::kAvx2;
+}
+
+InstructionSet WidestOfThisCpu() {
+  static const InstructionSet widest = DetectWidest();
+  return widest;
 }
 
 // Initialised on first use: a model built by another file's static

@@ -24,8 +24,6 @@ namespace elastic::trainer {
 // `precision` on `device` (fp16 on a CPU, a device without autocast).
 void CheckAutocastSupported(const torch::Device& device, Precision precision);
 
-// Autocast to `precision` on `device` for the current thread while in scope
-// (nothing for fp32). Only the forward pass and the loss belong inside it.
 // The largest relative error (norm of the difference over fp32's norm) of a
 // bf16-autocast 3x3 convolution's output, input gradient and weight gradient
 // against fp32, channels-last and contiguous, on this CPU. Measured once per
@@ -37,6 +35,8 @@ double MeasureBf16ConvolutionError();
 // ChoosePrecision needs it for `requested` (NeedsBf16Check).
 CpuFeatures DetectCpuFeaturesFor(const std::string& requested, bool cuda);
 
+// Autocast to `precision` on `device` for the current thread while in scope
+// (nothing for fp32). Only the forward pass and the loss belong inside it.
 class AutocastScope {
  public:
   AutocastScope(const torch::Device& device, Precision precision);
