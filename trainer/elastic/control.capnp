@@ -179,4 +179,13 @@ struct Journal {
   hasCheckpoint @11 :Bool;
   checkpoint @12 :StatePoint;
   printedEpoch @13 :Int64;   # the last epoch summary printed (1-based)
+  hasCopy @14 :Bool;         # the controller's copy on disk (copy_store.h)
+  copy @15 :StoredCopy;
+}
+
+# A copy of the job's state in --state-dir, complete before the journal names it.
+struct StoredCopy {
+  point @0 :StatePoint;
+  file @1 :Text;    # a name in --state-dir
+  sha256 @2 :Text;  # of the file's bytes, lowercase hex
 }

@@ -35,6 +35,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
+#include "trainer/elastic/copy_store.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
 #include "trainer/elastic/job_keys.h"
@@ -107,13 +108,22 @@ capnp::Data::Reader AsData(const std::string& bytes) {
   return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
 }
 
+// A job in --state-dir that this driver takes over: its journal, and the
+// controller's copy read back (empty when there was none or it is unusable).
+struct TakenOver {
+  JournalRecord journal;
+  std::string copy;
+};
+
 // What a controller taking a job over from its journal starts from.
-RecoveredJob Recovered(const JournalRecord& journal) {
+RecoveredJob Recovered(const TakenOver& taken_over) {
+  const JournalRecord& journal = taken_over.journal;
   RecoveredJob job;
   job.generation = journal.generation + 1;  // the restarted head's first (empty) view
   job.newest = journal.newest;
   job.world_of_newest = journal.world_of_newest;
   job.checkpoint = journal.checkpoint;
+  if (!taken_over.copy.empty()) job.copy = journal.copy->point;
   return job;
 }
 
@@ -127,7 +137,7 @@ class ControllerActor : public runtime::Actor {
   // A new job (`taken_over` empty) or one taken over from its journal.
   ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
                   std::vector<std::string> args, ControllerConfig config,
-                  const std::optional<JournalRecord>& taken_over, runtime::Head& head,
+                  const std::optional<TakenOver>& taken_over, runtime::Head& head,
                   runtime::ActorSystem& actors, JobMetrics& metrics)
       : elastic_(elastic),
         train_(train),
@@ -139,12 +149,16 @@ class ControllerActor : public runtime::Actor {
         reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every),
         start_(Clock::now()),
         // Before the first sync nobody holds anything yet: the job starts anew.
-        machine_(taken_over && taken_over->started
+        machine_(taken_over && taken_over->journal.started
                      ? JobController(config, Recovered(*taken_over), 0)
                      : JobController(config, 0)),
+        copy_(taken_over ? taken_over->copy : ""),
         // The restarted head's empty view is no generation to announce.
-        printed_generation_(taken_over ? taken_over->generation + 1 : 0),
-        printed_epoch_(taken_over ? taken_over->printed_epoch : 0) {}
+        printed_generation_(taken_over ? taken_over->journal.generation + 1 : 0),
+        printed_epoch_(taken_over ? taken_over->journal.printed_epoch : 0) {
+    if (!elastic.state_dir.empty()) copies_.emplace(elastic.state_dir);
+    if (taken_over && !copy_.empty()) stored_copy_ = taken_over->journal.copy;
+  }
 
   std::string Receive(const std::string& method, const std::string& payload) override {
     if (method == runtime::kMembershipMethod) return OnMembership(payload), "";
@@ -202,6 +216,8 @@ class ControllerActor : public runtime::Actor {
   void Carry(const action::WriteCopy& write);
   void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);
+  // Writes rank 0's copy of `point` (copy_) to --state-dir; the next journal names it.
+  void StoreCopy(const StatePoint& point);
   // What a controller restarted in this one's place needs (--state-dir);
   // `exit_code` kNotFinished while the job goes on.
   static constexpr int kNotFinished = -1;
@@ -222,7 +238,10 @@ class ControllerActor : public runtime::Actor {
   std::promise<int> finished_;
   bool finish_sent_ = false;
 
-  std::string copy_;  // rank 0's last state copy (proto::CommitReport.state)
+  std::string copy_;                       // rank 0's last state copy (proto::CommitReport.state)
+  std::optional<CopyStore> copies_;        // --state-dir
+  std::optional<StoredCopy> stored_copy_;  // the newest copy there, complete
+  std::string copy_error_;                 // the last one said, so a full disk is said once
   uint64_t printed_generation_ = 0;
   uint64_t generation_ = 0;  // the newest view seen
   size_t world_ = 0;
@@ -254,9 +273,14 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   record.world_of_newest = static_cast<uint32_t>(machine_.world_of_newest());
   record.checkpoint = machine_.checkpoint();
   record.printed_epoch = printed_epoch_;
+  // A copy rank 0 could not load is no source any more, here or after a restart.
+  if (!machine_.copy()) stored_copy_.reset();
+  record.copy = stored_copy_;
   try {
     WriteJournal(elastic_.state_dir, record);
     journal_error_.clear();
+    // Only now that the journal names the new copy may the older ones go.
+    copies_->RemoveAllBut(stored_copy_);
   } catch (const std::exception& e) {
     if (journal_error_ == e.what()) return;
     journal_error_ = e.what();
@@ -399,10 +423,28 @@ void ControllerActor::OnCommit(const std::string& payload) {
   const proto::CommitReport::Reader c = bytes.Get<proto::CommitReport>();
   const capnp::Data::Reader state = c.getState();
   const bool copy = state.size() > 0;
-  if (copy && c.getGeneration() == machine_.generation())
+  if (copy && c.getGeneration() == machine_.generation()) {
     copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
+    StoreCopy(FromProto(c.getPoint()));
+  }
   Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest(),
                      c.getMemberId()});
+}
+
+void ControllerActor::StoreCopy(const StatePoint& point) {
+  if (!copies_) return;
+  try {
+    stored_copy_ = copies_->Write(point, copy_);
+    copy_error_.clear();
+  } catch (const std::exception& e) {
+    if (copy_error_ == e.what()) return;
+    copy_error_ = e.what();
+    Say("driver: warning: the controller's copy of " + ToString(point) +
+        " was not written to --state-dir: " + e.what() +
+        "; training goes on, but a controller restarted now would go on from " +
+        (stored_copy_ ? "its older copy (" + ToString(stored_copy_->point) + ")"
+                      : std::string("the workers' memory or a checkpoint only")));
+  }
 }
 
 void ControllerActor::OnSynced(const std::string& payload) {
@@ -646,8 +688,8 @@ std::vector<std::string> TrainingFlags(const std::vector<std::string>& args) {
 // The unfinished job in --state-dir, which this driver takes over; nullopt
 // for a new job. A journal that cannot be read stops the driver: starting a
 // new job over it would silently abandon the old one.
-std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic, bool resume,
-                                           const std::vector<std::string>& args) {
+std::optional<TakenOver> JobToTakeOver(const ElasticOptions& elastic, bool resume,
+                                       const std::vector<std::string>& args) {
   if (elastic.state_dir.empty()) return std::nullopt;
   std::optional<JournalRecord> journal;
   try {
@@ -675,7 +717,34 @@ std::optional<JournalRecord> JobToTakeOver(const ElasticOptions& elastic, bool r
   if (TrainingFlags(journal->args) != TrainingFlags(args))
     Say("driver: warning: these flags differ from the job's; the job keeps its own: " +
         Joined(journal->args));
-  return journal;
+  TakenOver taken_over{*journal, ""};
+  if (journal->copy) {
+    try {
+      taken_over.copy = CopyStore(elastic.state_dir).Read(*journal->copy);
+      Say("driver: the controller's copy of " + ToString(journal->copy->point) + " is back (" +
+          journal->copy->file + ", " + std::to_string(taken_over.copy.size()) + " bytes)");
+    } catch (const std::exception& e) {
+      Say(std::string("driver: warning: ") + e.what() +
+          "; the job goes on without it, from what the workers hold or a checkpoint");
+    }
+  }
+  return taken_over;
+}
+
+// A copy sealed under another token means this driver has another
+// --token-file than the job: its workers could not reconnect either, and
+// going on would drop the copy. Stops the driver before anything changes.
+void CheckCopySeal(const std::optional<TakenOver>& taken_over, const std::string& token,
+                   const std::string& state_dir) {
+  if (!taken_over || taken_over->copy.empty()) return;
+  try {
+    Commit::Open(token, taken_over->copy, "the controller's copy in --state-dir");
+  } catch (const StateTransferError& e) {
+    throw std::runtime_error(std::string(e.what()) +
+                             ": this driver's cluster token is not the job's; start it with the "
+                             "job's --token-file (or move " +
+                             state_dir + " away to start a new job there)");
+  }
 }
 
 // Every local worker loads the data set. Loading it here first makes a bad
@@ -734,8 +803,12 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 
-  const std::optional<JournalRecord> taken_over = JobToTakeOver(elastic, train.resume, args);
-  const std::string job_id = taken_over ? taken_over->job_id : NewJobId();
+  std::optional<TakenOver> taken_over = JobToTakeOver(elastic, train.resume, args);
+  const std::string job_id = taken_over ? taken_over->journal.job_id : NewJobId();
+  if (elastic.state_dir.empty() && elastic.state_copy_every > 0)
+    Say("driver: note: without --state-dir the controller's copy of the job's state is kept in "
+        "this process's memory only: if the driver dies, the copy dies with it and no new driver "
+        "can take the job over");
   // A job taken over writes where it did; a new one must not replace an
   // earlier run's checkpoint with a fresh model's.
   if (!taken_over) CheckNoCheckpointToReplace(train.checkpoint_dir, train.resume);
@@ -744,9 +817,9 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   if (taken_over) {
     // One past the journal's generation: a view published just before the
     // old driver died may not have reached the journal.
-    head_options.first_generation = taken_over->generation + 1;
-    head_options.first_member_id = std::max<uint64_t>(1, taken_over->next_member_id);
-    head_options.first_node_id = std::max<uint64_t>(1, taken_over->next_node_id);
+    head_options.first_generation = taken_over->journal.generation + 1;
+    head_options.first_member_id = std::max<uint64_t>(1, taken_over->journal.next_member_id);
+    head_options.first_node_id = std::max<uint64_t>(1, taken_over->journal.next_node_id);
   }
   head_options.listen_host = elastic.listen;
   head_options.port = static_cast<uint16_t>(elastic.port);
@@ -762,6 +835,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
     head_options.token_file = elastic.token_file;
   }
   runtime::Head head(head_options);
+  CheckCopySeal(taken_over, head.token(), elastic.state_dir);
   Say("driver: head listening on " + elastic.listen + ":" + std::to_string(head.port()) +
       (elastic.token_file.empty() ? " (random token; other machines cannot join without "
                                     "--token-file)"
@@ -789,8 +863,8 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   actor_options.name = "controller";
   runtime::ActorSystem actors(actor_options);
   auto controller = std::make_shared<ControllerActor>(
-      elastic, train, job_id, taken_over ? taken_over->args : args, ConfigFor(elastic, train),
-      taken_over, head, actors, metrics);
+      elastic, train, job_id, taken_over ? taken_over->journal.args : args,
+      ConfigFor(elastic, train), taken_over, head, actors, metrics);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   runtime::ForwardMembershipTo(client, ref);

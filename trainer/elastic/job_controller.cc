@@ -54,6 +54,7 @@ JobController::JobController(ControllerConfig config, const RecoveredJob& recove
       generation_(recovered.generation),
       started_(true),
       newest_(recovered.newest),
+      copy_(recovered.copy),
       checkpoint_(recovered.checkpoint),
       recovered_world_(recovered.world_of_newest) {
   recovery_wait_ms_ = recovered.wait_ms;
@@ -146,7 +147,7 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   if (view_.empty()) {
     if (!stopping_.empty()) return Finish(kExitStopped);
     if (!started_) return;
-    if (!NewestAvailable()) return StateLost("every worker was lost");
+    if (!StateAvailable()) return StateLost("every worker was lost");
     const StateSource source = SourceFor({});
     Say("driver: every worker is gone; the job waits up to --rendezvous-timeout for a worker to "
         "join and continues from " +
@@ -155,14 +156,13 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   }
   if (static_cast<int64_t>(view_.size()) < config_.min_workers && stopping_.empty()) return;
   const StateSource source = SourceFor(view_);
-  if (started_ && source.kind == SourceKind::kFresh)
+  if (started_ && source.kind == SourceKind::kFresh && !NothingCommittedYet())
     return StateLost("every holder of the state was lost");
   if (started_ && newest_ && source.point < *newest_) {
     Say("driver: warning: generation " + std::to_string(generation_) + " restores " +
         ToString(source.point) + " from " + ToString(source.kind) + "; the newer commit (" +
-        ToString(*newest_) +
-        ") was held only by workers that are gone: the steps in between "
-        "are trained again");
+        ToString(*newest_) + ") was held only by workers that are gone: " +
+        std::to_string(newest_->step - source.point.step) + " steps are trained again");
   }
   out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason});
   if (!stopping_.empty()) Finish(kExitStopped);
@@ -291,7 +291,7 @@ void JobController::OnFault(const event::Fault& e) {
     over_reason_ = "the workers could not complete a collective";
     return Finish(kExitStopped);
   }
-  if (started_ && !NewestAvailable()) return StateLost("the last source of the state failed");
+  if (started_ && !StateAvailable()) return StateLost("the last source of the state failed");
   Say("driver: worker " + std::to_string(e.member) + " reported a fault in generation " +
       std::to_string(e.generation) + " (" + e.reason + "); re-forming the generation");
   Publish(view_, "re-formed after a fault on worker " + std::to_string(e.member));
@@ -358,35 +358,35 @@ void JobController::Recover() {
   for (const auto& [id, member] : members_)
     if (!member.draining && !Blacklisted(member.node)) back.push_back(id);
   const int64_t waited = now_ - phase_since_;
-  // As many as before, one of them holding the newest commit: a worker that
-  // joined meanwhile must not start the job from an older source.
-  bool newest_back = !newest_;
-  for (uint64_t id : back) {
-    const std::optional<StatePoint>& holds = members_[id].holds;
-    if (holds && newest_ && !(*holds < *newest_)) newest_back = true;
-  }
-  // Nobody held the newest commit when the old controller went (every worker
-  // was lost): there is no one to wait for.
-  const bool all_back = recovered_world_ > 0 ? back.size() >= recovered_world_ && newest_back
-                                             : static_cast<int64_t>(back.size()) >=
-                                                   std::max<int64_t>(1, config_.min_workers);
-  if (!all_back &&
-      !(waited >= recovery_wait_ms_ && static_cast<int64_t>(back.size()) >= config_.min_workers)) {
+  // The newest commit is within reach when a worker that came back holds it,
+  // or the copy or the checkpoint does: until then only its holders can
+  // bring it, and a worker that joined meanwhile must not start the job from
+  // an older source. As many workers as held it before, or --min-workers.
+  const std::optional<StatePoint> reachable = NewestAvailable();
+  const bool newest_reachable = !newest_ || (reachable && !(*reachable < *newest_));
+  const size_t wanted = static_cast<size_t>(
+      std::max<int64_t>({int64_t{1}, static_cast<int64_t>(recovered_world_), config_.min_workers}));
+  const bool enough = static_cast<int64_t>(back.size()) >= config_.min_workers;
+  if (!(newest_reachable && back.size() >= wanted) && !(waited >= recovery_wait_ms_ && enough)) {
     if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {
-      Say("driver: error: only " + std::to_string(back.size()) +
+      const std::string message =
+          "driver: error: only " + std::to_string(back.size()) +
           " workers came back after the controller restarted, below --min-workers=" +
-          std::to_string(config_.min_workers));
-      over_reason_ = "too few workers came back";
-      Finish(kExitStopped);
+          std::to_string(config_.min_workers) + "; stopping";
+      Say(message);
+      phase_ = Phase::kRunning;
+      SortNewestFirst(back);
+      return StopWithCheckpoint(back, message);
     }
     return;
   }
-  // The newest holders first: rank 0 broadcasts.
-  std::stable_sort(back.begin(), back.end(), [this](uint64_t a, uint64_t b) {
-    const std::optional<StatePoint>& x = members_[a].holds;
-    const std::optional<StatePoint>& y = members_[b].holds;
-    return y ? (x && *y < *x) : static_cast<bool>(x);
-  });
+  if (!newest_reachable && !waited_said_) {
+    waited_said_ = true;
+    Say("driver: no worker holding the newest commit (" + ToString(*newest_) +
+        ") came back within " + Seconds(recovery_wait_ms_) +
+        "; going on from the newest source left");
+  }
+  SortNewestFirst(back);
   if (config_.max_workers > 0 && static_cast<int64_t>(back.size()) > config_.max_workers)
     back.resize(static_cast<size_t>(config_.max_workers));
   phase_ = Phase::kRunning;
@@ -421,7 +421,7 @@ void JobController::Run() {
     // Nobody trains: apply any change at once.
     if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
       below_minimum_since_.reset();
-      if (started_ && !NewestAvailable()) return StateLost("every holder of the state was lost");
+      if (started_ && !StateAvailable()) return StateLost("every holder of the state was lost");
       return Publish(next, std::to_string(joining.size()) + " joined below --min-workers");
     }
     if (!below_minimum_since_) {
@@ -449,6 +449,14 @@ void JobController::Run() {
   out_.push_back(action::RequestStop{generation_, view_.front(), at_next_commit});
 }
 
+void JobController::SortNewestFirst(std::vector<uint64_t>& ids) {
+  std::stable_sort(ids.begin(), ids.end(), [this](uint64_t a, uint64_t b) {
+    const std::optional<StatePoint>& x = members_[a].holds;
+    const std::optional<StatePoint>& y = members_[b].holds;
+    return y ? (x && *y < *x) : static_cast<bool>(x);
+  });
+}
+
 std::vector<uint64_t> JobController::Joinable(size_t staying) {
   std::vector<uint64_t> joining;
   for (const auto& [id, member] : members_) {
@@ -471,7 +479,8 @@ bool JobController::Blacklisted(uint64_t node) {
 }
 
 StateSource JobController::SourceFor(const std::vector<uint64_t>& members) const {
-  if (!started_) return {config_.resume ? SourceKind::kResume : SourceKind::kFresh, 0, {}};
+  const StateSource start{config_.resume ? SourceKind::kResume : SourceKind::kFresh, 0, {}};
+  if (!started_) return start;
   std::optional<StateSource> best;
   for (size_t rank = 0; rank < members.size(); ++rank) {
     auto it = members_.find(members[rank]);
@@ -484,7 +493,12 @@ StateSource JobController::SourceFor(const std::vector<uint64_t>& members) const
     best = StateSource{SourceKind::kControllerCopy, 0, *copy_};
   if (checkpoint_ && (!best || best->point < *checkpoint_))
     best = StateSource{SourceKind::kCheckpoint, 0, *checkpoint_};
+  if (!best && NothingCommittedYet()) return start;
   return best.value_or(StateSource{});
+}
+
+bool JobController::NothingCommittedYet() const {
+  return !config_.resume && (!newest_ || newest_->step == 0) && !copy_ && !checkpoint_;
 }
 
 std::optional<StatePoint> JobController::NewestAvailable() const {

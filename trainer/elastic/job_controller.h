@@ -10,8 +10,11 @@
 //   as the head reports them; re-forming after a collective fault);
 // - where each generation's state comes from: the members that hold the
 //   newest commit, else the controller's own copy, else the newest
-//   checkpoint; a freshly seeded model only at the very start of a job. When
-//   every source is gone the job stops (exit 3) and says what was lost;
+//   checkpoint; a freshly seeded model only while nothing was committed past
+//   step 0. When every source is gone the job stops (exit 3) and says what
+//   was lost; while an older one exists it goes on from that one;
+// - after a take-over, how long to wait for the workers, and for the newest
+//   commit when only they can have it;
 // - when the job stops: done, too few workers for too long, stop signals,
 //   state lost.
 #pragma once
@@ -78,7 +81,9 @@ struct RecoveredJob {
   std::optional<StatePoint> newest;
   uint32_t world_of_newest = 0;  // how many members held it
   std::optional<StatePoint> checkpoint;
-  // Wait this long for the members of the last generation to come back (ms).
+  std::optional<StatePoint> copy;  // the controller's copy it left in --state-dir
+  // Wait this long for the members of the last generation, and for a holder
+  // of the newest commit when no other source has it, to come back (ms).
   int64_t wait_ms = 30000;
 };
 
@@ -232,8 +237,16 @@ class JobController {
   // up to --max-workers with `staying` in the view.
   std::vector<uint64_t> Joinable(size_t staying);
   bool Blacklisted(uint64_t node);
+  // Members holding the newest commit first (rank 0 broadcasts), the order kept otherwise.
+  void SortNewestFirst(std::vector<uint64_t>& ids);
   StateSource SourceFor(const std::vector<uint64_t>& members) const;
   std::optional<StatePoint> NewestAvailable() const;
+  // Nothing was committed past the seeded model (step 0) the job started
+  // from: a fresh model loses nothing but the steps since (not with --resume).
+  bool NothingCommittedYet() const;
+  // Some source of the state is left: a holder, a copy, a checkpoint, or the
+  // seeded model while nothing was committed.
+  bool StateAvailable() const { return NewestAvailable() || NothingCommittedYet(); }
   // Ends the job at its last commit: the members sync on it, rank 0 writes a
   // checkpoint, all exit; with nobody left, says what is lost.
   void StopWithCheckpoint(const std::vector<uint64_t>& members, const std::string& why);
@@ -263,6 +276,7 @@ class JobController {
   std::optional<StatePoint> checkpoint_;
   uint32_t recovered_world_ = 0;
   int64_t recovery_wait_ms_ = 0;
+  bool waited_said_ = false;            // said that the newest commit's holders did not come back
   std::map<uint64_t, uint64_t> nodes_;  // member -> node, of every member seen
 
   std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)

@@ -626,5 +626,136 @@ TEST(JobControllerTest, RestartedControllerWithNoSourceStops) {
   EXPECT_TRUE(Said(job.all(), "no other copy of the job's state exists"));
 }
 
+// The run: every worker lost (the copy kept their commit), then the
+// controller killed and started again. Its copy came back from --state-dir:
+// the first joiner continues from it at once, nothing is trained again.
+TEST(JobControllerTest, RestartedControllerContinuesFromItsCopyOnDisk) {
+  RecoveredJob recovered;
+  recovered.generation = 9;
+  recovered.newest = At(3, 640, 124);
+  recovered.world_of_newest = 0;
+  recovered.copy = At(3, 640, 124);
+  Job job(Config(0), recovered);
+  EXPECT_EQ(job.controller().copy(), At(3, 640, 124));
+  job.Feed(event::Registered{30, 7, std::nullopt});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{30}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_EQ(job.LastStart()->source.point, At(3, 640, 124));
+  EXPECT_FALSE(Said(job.all(), "trained again"));
+  EXPECT_FALSE(job.ExitCode());
+}
+
+// The copy on disk is older than the newest commit (--state-copy-every > 1,
+// or its write failed): the workers that hold the newest one are waited for.
+TEST(JobControllerTest, RestartedControllerWaitsForTheNewestCommitBeforeAnOlderCopy) {
+  RecoveredJob recovered;
+  recovered.generation = 9;
+  recovered.newest = At(3, 768, 130);
+  recovered.world_of_newest = 0;
+  recovered.copy = At(3, 640, 124);
+  recovered.wait_ms = 20000;
+  Job job(Config(0), recovered);
+  job.Feed(event::Registered{30, 7, std::nullopt});
+  job.Advance(19999);
+  EXPECT_FALSE(job.LastStart()) << "a newcomer, and the copy is older than the newest commit";
+  job.Feed(event::Registered{12, 3, At(3, 768, 130)});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{12, 30}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(3, 768, 130));
+}
+
+// No holder of the newest commit comes back within the wait: the job goes on
+// from the best older source, saying how many steps are trained again; it
+// never stops while one exists.
+TEST(JobControllerTest, RestartedControllerFallsBackToAnOlderSourceAfterTheWait) {
+  struct Case {
+    const char* name;
+    std::optional<StatePoint> copy, checkpoint;
+    SourceKind kind;
+    int64_t again;
+  };
+  const Case cases[] = {
+      {"older copy", At(3, 640, 124), At(3, 0, 96), SourceKind::kControllerCopy, 6},
+      {"checkpoint only", std::nullopt, At(3, 0, 96), SourceKind::kCheckpoint, 34},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RecoveredJob recovered;
+    recovered.generation = 9;
+    recovered.newest = At(3, 768, 130);
+    recovered.world_of_newest = 2;
+    recovered.copy = c.copy;
+    recovered.checkpoint = c.checkpoint;
+    recovered.wait_ms = 20000;
+    Job job(Config(0), recovered);
+    job.Feed(event::Registered{30, 7, std::nullopt});
+    job.Advance(19999);
+    EXPECT_FALSE(job.LastStart());
+    job.Advance(1);
+    ASSERT_TRUE(job.LastStart());
+    EXPECT_EQ(job.LastStart()->source.kind, c.kind);
+    EXPECT_TRUE(Said(job.all(),
+                     "no worker holding the newest commit (epoch 4 position 768 step "
+                     "130) came back within 20 s"));
+    EXPECT_TRUE(Said(job.all(), std::to_string(c.again) + " steps are trained again"));
+    EXPECT_FALSE(job.ExitCode());
+  }
+}
+
+// Too few workers for the whole wait and --rendezvous-timeout: the job stops
+// with its newest state as the checkpoint, written by the one worker that
+// came back (a stop generation) or, with nobody back, from the copy.
+TEST(JobControllerTest, RestartedControllerBelowMinWorkersStopsWithACheckpoint) {
+  for (const bool one_back : {true, false}) {
+    SCOPED_TRACE(one_back ? "one of two back" : "nobody back");
+    ControllerConfig config = Config(0, 2);
+    config.rendezvous_timeout_ms = 10000;
+    RecoveredJob recovered;
+    recovered.generation = 9;
+    recovered.newest = At(3, 640, 124);
+    recovered.world_of_newest = 0;
+    recovered.copy = At(3, 640, 124);
+    recovered.checkpoint = At(3, 0, 96);
+    recovered.wait_ms = 20000;
+    Job job(config, recovered);
+    if (one_back) job.Feed(event::Registered{30, 7, std::nullopt});
+    job.Advance(29999);
+    EXPECT_FALSE(job.ExitCode());
+    job.Advance(1);
+    EXPECT_EQ(job.ExitCode(), kExitStopped);
+    EXPECT_TRUE(Said(job.all(), "below --min-workers=2; stopping"));
+    if (one_back) {
+      ASSERT_TRUE(job.LastStart());
+      EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{30}));
+      EXPECT_FALSE(job.LastStart()->stop.empty()) << "rank 0 writes the checkpoint";
+      EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+    } else {
+      const auto writes = Only<action::WriteCopy>(job.all());
+      ASSERT_EQ(writes.size(), 1u);
+      EXPECT_EQ(writes[0].point, At(3, 640, 124));
+    }
+  }
+}
+
+// Every worker lost before the job's first commit: the seeded model is all
+// there was, so the next worker starts from it again instead of the job
+// stopping as if something were lost. After a commit it never does.
+TEST(JobControllerTest, EveryWorkerLostBeforeTheFirstCommitStartsAgainFromTheSeededModel) {
+  Job job = Started(Config(2));
+  job.KillAll({1, 2});
+  EXPECT_FALSE(job.ExitCode());
+  job.Register(3);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kFresh);
+  job.Sync();
+  job.Commit(At(0, 256, 8), false);
+  job.Kill(3);
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+  EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 1 position 256 step 8"));
+}
+
 }  // namespace
 }  // namespace elastic::trainer

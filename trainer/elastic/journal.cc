@@ -97,6 +97,13 @@ kj::Array<capnp::word> Encode(const JournalRecord& record) {
   journal.setHasCheckpoint(record.checkpoint.has_value());
   if (record.checkpoint) ToProto(*record.checkpoint, journal.initCheckpoint());
   journal.setPrintedEpoch(record.printed_epoch);
+  journal.setHasCopy(record.copy.has_value());
+  if (record.copy) {
+    proto::StoredCopy::Builder copy = journal.initCopy();
+    ToProto(record.copy->point, copy.initPoint());
+    copy.setFile(record.copy->file);
+    copy.setSha256(record.copy->sha256);
+  }
   return capnp::messageToFlatArray(message);
 }
 
@@ -124,6 +131,10 @@ JournalRecord Decode(const std::string& path, const std::string& payload) {
     record.world_of_newest = journal.getWorldOfNewest();
     if (journal.getHasCheckpoint()) record.checkpoint = FromProto(journal.getCheckpoint());
     record.printed_epoch = journal.getPrintedEpoch();
+    if (journal.getHasCopy()) {
+      const proto::StoredCopy::Reader copy = journal.getCopy();
+      record.copy = StoredCopy{FromProto(copy.getPoint()), copy.getFile(), copy.getSha256()};
+    }
     return record;
   } catch (const kj::Exception& e) {
     throw Error(path, std::string("does not decode: ") + e.getDescription().cStr());

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/elastic/copy_store.h"
 #include "trainer/elastic/job_controller.h"
 
 namespace elastic::trainer {
@@ -33,7 +34,8 @@ struct JournalRecord {
   std::optional<StatePoint> newest;  // the newest commit known to exist
   uint32_t world_of_newest = 0;      // how many members held it
   std::optional<StatePoint> checkpoint;
-  int64_t printed_epoch = 0;  // the last epoch summary printed (1-based)
+  int64_t printed_epoch = 0;       // the last epoch summary printed (1-based)
+  std::optional<StoredCopy> copy;  // the controller's copy in the directory, complete
 };
 
 // Rewrites <dir>/journal whole (temporary file with a unique name, fsync,
