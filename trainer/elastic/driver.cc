@@ -241,7 +241,7 @@ class ControllerActor : public runtime::Actor {
   std::string copy_;                       // rank 0's last state copy (proto::CommitReport.state)
   std::optional<CopyStore> copies_;        // --state-dir
   std::optional<StoredCopy> stored_copy_;  // the newest copy there, complete
-  std::string copy_error_;                 // the last one said, so a full disk is said once
+  std::string copy_error_;  // while writing the copy fails: said once, not at every commit
   uint64_t printed_generation_ = 0;
   uint64_t generation_ = 0;  // the newest view seen
   size_t world_ = 0;
@@ -435,10 +435,15 @@ void ControllerActor::StoreCopy(const StatePoint& point) {
   if (!copies_) return;
   try {
     stored_copy_ = copies_->Write(point, copy_);
+    if (!copy_error_.empty())
+      Say("driver: the controller's copy is written to --state-dir again (" + ToString(point) +
+          ")");
     copy_error_.clear();
   } catch (const std::exception& e) {
-    if (copy_error_ == e.what()) return;
+    // Said once while the writes keep failing (each names its own temporary file).
+    const bool said = !copy_error_.empty();
     copy_error_ = e.what();
+    if (said) return;
     Say("driver: warning: the controller's copy of " + ToString(point) +
         " was not written to --state-dir: " + e.what() +
         "; training goes on, but a controller restarted now would go on from " +

@@ -1,0 +1,212 @@
+// Faults that come together, end to end (docs/elastic.md, "Where a
+// generation's state comes from"): the controller's copy of the job's state
+// outlives the controller through --state-dir, so that losing every worker
+// and then the controller loses nothing; and a --state-dir that cannot take
+// the copy costs a warning, never the job or a half-written copy.
+//
+// Real processes over real sockets: a controller-only driver with a journal,
+// node agents that join, resnet8 on Fashion-MNIST. The invariants of
+// elastic_test hold after each scenario.
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/elastic_job.h"
+#include "tests/job_checks.h"
+#include "trainer/elastic/copy_store.h"
+#include "trainer/elastic/journal.h"
+
+namespace elastic::tests {
+namespace {
+
+using trainer::CopyStore;
+using trainer::JournalRecord;
+using trainer::ReadJournal;
+
+constexpr int kEpochs = 3;
+
+// A controller-only driver's flags: a journal and a copy at every commit in
+// dir/state, the token in dir/token, no checkpoint (the copy is the only
+// state outside the workers).
+std::vector<std::string> ControllerArgs(const std::string& dir) {
+  std::vector<std::string> args = JobArgs(dir, 0, kEpochs);
+  args.erase(std::remove(args.begin(), args.end(), std::string("--workers=0")), args.end());
+  args.erase(std::remove(args.begin(), args.end(), "--checkpoint-dir=" + dir + "/checkpoint"),
+             args.end());
+  args.insert(args.end(), {"--controller-only", "--min-workers=1", "--state-copy-every=1",
+                           "--token-file=" + dir + "/token", "--state-dir=" + dir + "/state"});
+  return args;
+}
+
+// The step of the copy the controller said it continues from when every
+// worker was gone ("... continues from the controller's copy (epoch E
+// position P step S)"); -1 if it never said so.
+int64_t CopyStepWhenEveryWorkerWasGone(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m,
+                         std::regex("every worker is gone; .* continues from the controller's "
+                                    "copy \\(epoch \\d+ position \\d+ step (\\d+)\\)")))
+    return -1;
+  return std::stoll(m[1]);
+}
+
+// Kills `node`'s agent and every worker it started at once, as when its
+// machine is lost.
+void KillNode(Process& node) {
+  const std::vector<pid_t> workers = WorkersStartedBy(node.Output());
+  ::kill(node.pid(), SIGKILL);
+  for (pid_t worker : workers) ::kill(worker, SIGKILL);
+  node.Wait(std::chrono::seconds(30));
+}
+
+// After the first controller was killed: a second one started with the same
+// flags takes the job over, a node of one worker joins, and the job finishes
+// from the copy on disk (at least `copy_step`). Returns the second driver's
+// output, with the joiner's.
+void RestartJoinAndFinish(const std::string& dir, const std::string& port, int64_t copy_step,
+                          const std::string& before) {
+  std::vector<std::string> args = ControllerArgs(dir);
+  args.push_back("--port=" + port);
+  Process second(args, dir + "/driver2.log");
+  ASSERT_FALSE(second.WaitFor("driver: taking over job ", std::chrono::seconds(60)).empty())
+      << second.Output();
+  const std::unique_ptr<Process> joiner = JoinNode(port, 1, dir + "/token", dir + "/join2.log");
+  ASSERT_EQ(second.Wait(std::chrono::seconds(400)), 0)
+      << before << second.Output() << joiner->Output();
+  EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << joiner->Output();
+  const std::string after = second.Output();
+  const std::string all = before + after + joiner->Output();
+  EXPECT_NE(after.find("driver: the controller's copy of epoch"), std::string::npos) << after;
+  EXPECT_NE(after.find("restores the controller's copy"), std::string::npos) << after;
+  EXPECT_EQ(after.find("job's progress is lost"), std::string::npos) << after;
+  EXPECT_GE(StepRestoredAfter(joiner->Output(), 0), copy_step)
+      << "the first generation after the restart restores at least the last copy\n"
+      << all;
+  EXPECT_NE(after.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos) << all;
+  ExpectOneChecksumPerGeneration(all);
+  CheckSamples(dir, kEpochs);
+}
+
+// Every worker killed, then the controller killed and started again, then a
+// join: the copy the first controller held in memory is on disk, and the job
+// continues from it and finishes.
+TEST(ControllerStateTest, EveryWorkerKilledThenTheControllerThenAJoinContinuesFromTheCopyOnDisk) {
+  const std::string dir = FreshTempDir("workers-then-controller");
+  std::vector<std::string> args = ControllerArgs(dir);
+  args.push_back("--port=0");
+  Process first(args, dir + "/driver1.log");
+  const std::string port = HeadPort(first);
+  ASSERT_FALSE(port.empty()) << first.Output();
+  const std::unique_ptr<Process> node = JoinNode(port, 2, dir + "/token", dir + "/join1.log");
+  ASSERT_TRUE(WaitForStep(first, 2, 12)) << first.Output() << node->Output();
+  for (pid_t worker : WorkersStartedBy(node->Output())) ::kill(worker, SIGKILL);
+  ASSERT_FALSE(first.WaitFor("every worker is gone", std::chrono::seconds(60)).empty())
+      << first.Output();
+  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(first.Output());
+  EXPECT_GE(copy_step, 48 + 8) << first.Output();  // epoch 1 is 48 steps at world 2
+  ASSERT_EQ(::kill(first.pid(), SIGKILL), 0);
+  first.Wait(std::chrono::seconds(30));
+  RestartJoinAndFinish(dir, port, copy_step, first.Output() + node->Output());
+}
+
+// The sequence that lost a job by hand: every connection of a worker reset
+// (its generation ends, the controller holds the copy), the node with both
+// workers lost with its agent, then the controller killed and started again.
+TEST(ControllerStateTest, AResetThenTheNodeLostThenTheControllerRestartedLosesNothing) {
+  const std::string dir = FreshTempDir("reset-node-controller");
+  std::vector<std::string> args = ControllerArgs(dir);
+  args.push_back("--port=0");
+  Process first(args, dir + "/driver1.log");
+  const std::string port = HeadPort(first);
+  ASSERT_FALSE(port.empty()) << first.Output();
+  const std::unique_ptr<Process> node = JoinNode(port, 2, dir + "/token", dir + "/join1.log");
+  ASSERT_TRUE(WaitForStep(first, 2, 12)) << first.Output() << node->Output();
+  const std::vector<pid_t> workers = WorkersStartedBy(node->Output());
+  ASSERT_EQ(workers.size(), 2u) << node->Output();
+  ASSERT_GE(ResetConnectionsOf(workers[1]), 2) << "connections of worker pid " << workers[1];
+  ASSERT_FALSE(
+      first.WaitFor("driver: generation \\d+: 1 workers", std::chrono::seconds(60)).empty())
+      << first.Output();
+  KillNode(*node);
+  ASSERT_FALSE(first.WaitFor("every worker is gone", std::chrono::seconds(60)).empty())
+      << first.Output();
+  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(first.Output());
+  EXPECT_GE(copy_step, 48 + 8) << first.Output();
+  ASSERT_EQ(::kill(first.pid(), SIGKILL), 0);
+  first.Wait(std::chrono::seconds(30));
+  RestartJoinAndFinish(dir, port, copy_step, first.Output() + node->Output());
+}
+
+// Mounts a tmpfs of `bytes` at `dir` in a mount namespace of this test
+// process's own (its children see it, nothing else does, and it goes with
+// the process). Empty on success, else what failed.
+std::string MountSmallFileSystem(const std::string& dir, size_t bytes) {
+  if (::unshare(CLONE_NEWNS) != 0)
+    return std::string("unshare(CLONE_NEWNS) (this test needs root): ") + std::strerror(errno);
+  if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("making / private: ") + std::strerror(errno);
+  const std::string options = "size=" + std::to_string(bytes) + ",mode=0700";
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) != 0)
+    return "mounting a tmpfs at " + dir + ": " + std::strerror(errno);
+  return "";
+}
+
+// --state-dir fills up: the first copy fits, no later one does (the complete
+// copy is kept until the next one is). The driver says so once, training
+// goes on to the end, and the journal names the complete copy, whose digest
+// matches; no temporary file is left.
+TEST(ControllerStateTest, AFullStateDirIsAWarningAndTheJournalNamesOnlyACompleteCopy) {
+  const std::string dir = FreshTempDir("full-state-dir");
+  const std::string state = dir + "/state";
+  std::filesystem::create_directories(state);
+  // resnet8's copy is about 0.7 MB: room for one and a journal, not for two.
+  const std::string mounted = MountSmallFileSystem(state, 1200 * 1024);
+  ASSERT_EQ(mounted, "") << mounted;
+  std::vector<std::string> args = JobArgs(dir, 2, 2);
+  args.push_back("--state-copy-every=1");
+  args.push_back("--state-dir=" + state);
+  Process driver(args, dir + "/driver.log");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  const std::string output = driver.Output();
+  const std::regex warning(
+      "driver: warning: the controller's copy of epoch \\d+ position \\d+ step \\d+ was not "
+      "written to --state-dir: .*No space left on device; training goes on, but a controller "
+      "restarted now would go on from its older copy \\(epoch 1 position 512 step 8\\)");
+  EXPECT_TRUE(std::regex_search(output, warning)) << output;
+  const std::regex not_written("was not written to --state-dir");
+  EXPECT_EQ(std::distance(std::sregex_iterator(output.begin(), output.end(), not_written),
+                          std::sregex_iterator()),
+            1)
+      << "said once\n"
+      << output;
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+  ExpectOneChecksumPerGeneration(output);
+  CheckSamples(dir, 2);
+
+  const std::optional<JournalRecord> journal = ReadJournal(state);
+  ASSERT_TRUE(journal.has_value());
+  ASSERT_TRUE(journal->copy.has_value()) << "the first copy fitted";
+  EXPECT_EQ(journal->copy->point.step, 8);
+  const std::string bytes = CopyStore(state).Read(*journal->copy);  // throws if incomplete
+  EXPECT_GT(bytes.size(), 100000u);
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(state))
+    files.push_back(entry.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{journal->copy->file, "journal"}));
+}
+
+}  // namespace
+}  // namespace elastic::tests

@@ -1,0 +1,58 @@
+// Driving a real elastic job of //trainer:cifar in an end-to-end test: the
+// small job every scenario runs (resnet8 on 3,072 Fashion-MNIST images), and
+// what a test reads off its processes' logs or does to them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/process.h"
+
+namespace elastic::tests {
+
+inline constexpr int64_t kTrainSamples = 3072;
+inline constexpr char kBinary[] = "trainer/cifar";
+
+// The flags of a job of `workers` local workers and `epochs` epochs with its
+// samples logged in dir/samples and its checkpoint in dir/checkpoint.
+std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs);
+
+// A node of `workers` workers joining the head at 127.0.0.1:`port` with the
+// token in `token_file`, its output in `log`.
+std::unique_ptr<Process> JoinNode(const std::string& port, int workers,
+                                  const std::string& token_file, const std::string& log);
+
+// pid of the worker that had `rank` in `generation` (from its sync log line).
+pid_t WorkerPid(Process& driver, int generation, int rank);
+
+// The port the driver's head listens on, once it says so ("" if it never does).
+std::string HeadPort(Process& driver);
+
+// Waits until the job is at least `step` steps into (1-based) epoch `epoch`.
+bool WaitForStep(Process& driver, int epoch, int step);
+
+// Every sample of each of the first `epochs` epochs was trained on exactly
+// once (--log-samples=dir/samples).
+void CheckSamples(const std::string& dir, int epochs);
+
+// The last (1-based) epoch whose summary `output` printed; 0 if none.
+int LastPrintedEpoch(const std::string& output);
+
+// The step of the state the first generation after `generation` restored
+// (from any rank's sync line), or -1.
+int64_t StepRestoredAfter(const std::string& output, int generation);
+
+// Resets every established TCP connection of process `pid` (its own end, found
+// through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the
+// process lives on. Returns how many connections were reset, -1 if ss failed.
+int ResetConnectionsOf(pid_t pid);
+
+// The pids of the workers a node agent's log says it started.
+std::vector<pid_t> WorkersStartedBy(const std::string& agent_output);
+
+}  // namespace elastic::tests
