@@ -78,10 +78,11 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
            "the default is taken the job runs without an endpoint");
   f.AddString("state-dir", &o.state_dir,
               "elastic: directory of the controller's journal (the job's id, flags, generation "
-              "and where its newest state is). A driver started again with the same "
-              "--state-dir, --port and --token-file takes an unfinished job over: its workers "
-              "reconnect and continue from the commit they hold. Empty: no journal (losing the "
-              "driver ends the job)");
+              "and where its newest state is) and of its copy of the job's state (see "
+              "--state-copy-every). A driver started again with the same --state-dir, --port "
+              "and --token-file takes an unfinished job over: its workers reconnect and continue "
+              "from the commit they hold, or from the copy when every worker was lost too. "
+              "Empty: no journal (losing the driver ends the job)");
   f.AddString("run-dir", &o.run_dir,
               "elastic: directory for the driver's end-of-run report (report.html); empty: "
               "runs/<date-time> in the directory the job was started from");

@@ -413,11 +413,25 @@ void JobController::Run() {
       staying.push_back(id);
     }
   }
-  const std::vector<uint64_t> joining = Joinable(staying.size());
+  std::vector<uint64_t> joining = Joinable(staying.size());
   std::vector<uint64_t> next = staying;
   next.insert(next.end(), joining.begin(), joining.end());
 
   if (static_cast<int64_t>(view_.size()) < config_.min_workers) {
+    // A blacklist keeps flaky nodes out while others can train, never the
+    // only workers there are: a job waiting on it would stop.
+    if (static_cast<int64_t>(next.size()) < config_.min_workers) {
+      const std::vector<uint64_t> any = Joinable(staying.size(), true);
+      if (static_cast<int64_t>(staying.size() + any.size()) >= config_.min_workers &&
+          any.size() > joining.size()) {
+        Say("driver: admitting workers of blacklisted nodes: without them the job has fewer than "
+            "--min-workers=" +
+            std::to_string(config_.min_workers));
+        joining = any;
+        next = staying;
+        next.insert(next.end(), joining.begin(), joining.end());
+      }
+    }
     // Nobody trains: apply any change at once.
     if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
       below_minimum_since_.reset();
@@ -457,10 +471,11 @@ void JobController::SortNewestFirst(std::vector<uint64_t>& ids) {
   });
 }
 
-std::vector<uint64_t> JobController::Joinable(size_t staying) {
+std::vector<uint64_t> JobController::Joinable(size_t staying, bool blacklisted_too) {
   std::vector<uint64_t> joining;
   for (const auto& [id, member] : members_) {
-    if (Contains(view_, id) || member.draining || Blacklisted(member.node)) continue;
+    if (Contains(view_, id) || member.draining) continue;
+    if (!blacklisted_too && Blacklisted(member.node)) continue;
     if (config_.max_workers > 0 &&
         static_cast<int64_t>(staying + joining.size()) >= config_.max_workers)
       break;

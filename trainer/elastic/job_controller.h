@@ -233,9 +233,9 @@ class JobController {
   void Start();
   void Recover();
   void Run();
-  // The pending members that may join now (not draining, not blacklisted),
-  // up to --max-workers with `staying` in the view.
-  std::vector<uint64_t> Joinable(size_t staying);
+  // The pending members that may join now (not draining, not blacklisted
+  // unless `blacklisted_too`), up to --max-workers with `staying` in the view.
+  std::vector<uint64_t> Joinable(size_t staying, bool blacklisted_too = false);
   bool Blacklisted(uint64_t node);
   // Members holding the newest commit first (rank 0 broadcasts), the order kept otherwise.
   void SortNewestFirst(std::vector<uint64_t>& ids);

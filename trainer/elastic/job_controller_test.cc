@@ -437,6 +437,37 @@ TEST(JobControllerTest, ANodeWhoseWorkersKeepFailingIsBlacklistedForAWhile) {
   EXPECT_TRUE(Said(job.Take(), "node 2 is no longer blacklisted"));
 }
 
+// Found by spot_chaos_test: the only live worker, on a node with three
+// failures, reconnected after a reset and was kept out, and the job stopped
+// after --rendezvous-timeout. A blacklisted node's workers are admitted when
+// nobody else can bring the job to --min-workers, and only then.
+TEST(JobControllerTest, ABlacklistedNodeIsAdmittedWhenNobodyElseCanTrain) {
+  ControllerConfig config = Config(1);
+  config.blacklist_after = 2;
+  config.blacklist_ms = 300000;
+  Job job(config);
+  job.Register(1, /*node=*/5);
+  job.Sync();
+  job.Commit(At(0, 256, 8), true);
+  job.Kill(1);
+  job.Register(2, 5);
+  job.Sync(At(0, 256, 8));
+  job.Kill(2);
+  EXPECT_TRUE(Said(job.all(), "node 5 blacklisted"));
+  job.Take();
+  job.Register(3, 5);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_TRUE(Said(job.all(), "admitting workers of blacklisted nodes"));
+  EXPECT_FALSE(job.ExitCode());
+  // With the job at --min-workers, the blacklist holds again.
+  job.Sync(At(0, 256, 8));
+  job.Register(4, 5);
+  job.Advance(100);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{3}));
+}
+
 TEST(JobControllerTest, StopSignalsStopAtTheBoundaryThenAtTheNextCommit) {
   Job job = Started(Config(2));
   job.Feed(event::StopSignal{1, "SIGTERM"});
