@@ -113,15 +113,22 @@ class SpotJob {
     return live;
   }
 
-  void KillEveryWorker() {
-    for (pid_t pid : LiveWorkers()) ::kill(pid, SIGKILL);
+  // SIGKILL to `pids` at once; returns when none of them runs any more.
+  static void Kill(const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline &&
+           std::any_of(pids.begin(), pids.end(), [](pid_t pid) { return IsRunning(pid); }))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+
+  void KillEveryWorker() { Kill(LiveWorkers()); }
 
   // A node's machine lost: its agent and its workers at once.
   void KillNode(Process& node) {
-    const std::vector<pid_t> workers = WorkersStartedBy(node.Output());
-    ::kill(node.pid(), SIGKILL);
-    for (pid_t pid : workers) ::kill(pid, SIGKILL);
+    std::vector<pid_t> pids = WorkersStartedBy(node.Output());
+    pids.push_back(node.pid());
+    Kill(pids);
   }
 
   // The controller killed and started again with the same flags; false if the
@@ -216,6 +223,7 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
   std::mt19937 random(seed);
   std::map<std::string, int> done;
   Clock::time_point last = Clock::now();
+  Clock::time_point joined = last;
   for (int k = 0; k < events; ++k) {
     // Event k waits for its share of training, and for its gap unless the
     // job is a whole share ahead.
@@ -229,6 +237,12 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
       ASSERT_LT(Clock::now(), deadline)
           << "no progress past epoch " << progress << " for 300 s before event " << k << "\n"
           << job.Output();
+      // Whoever lost every worker (killed, or left after a SIGTERM) gets a
+      // node, as a spot pool refills (once its workers had time to start).
+      if (job.LiveWorkers().empty() && Clock::now() - joined > std::chrono::seconds(5)) {
+        job.Join(1);
+        joined = Clock::now();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     last = Clock::now();
@@ -242,13 +256,13 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
     if (event == kJoin && static_cast<int>(live.size()) >= kMaxLiveWorkers) event = kKillOne;
     switch (event) {
       case kKillOne:
-        ::kill(live[random() % live.size()], SIGKILL);
+        SpotJob::Kill({live[random() % live.size()]});
         break;
       case kKillSeveral: {
         std::vector<pid_t> victims = live;
         std::shuffle(victims.begin(), victims.end(), random);
         victims.resize(1 + random() % live.size());
-        for (pid_t victim : victims) ::kill(victim, SIGKILL);
+        SpotJob::Kill(victims);
         break;
       }
       case kKillEveryWorker:
@@ -291,17 +305,13 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
         break;
     }
     ++done[kEventNames[event]];
-    // Whoever lost every worker gets a node, as a spot pool refills.
-    if (job.LiveWorkers().empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(random() % 1000));
-      job.Join(1);
-    }
   }
   std::string summary;
   for (const auto& [what, count] : done) summary += what + " x" + std::to_string(count) + ", ";
   std::cout << "events: " << summary << std::endl;
 
   // The job finishes every epoch it was asked for.
+  if (job.LiveWorkers().empty()) job.Join(1);
   Process& driver = job.driver();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << summary << "\n" << job.Output();
   job.WaitForNodes();
