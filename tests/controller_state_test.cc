@@ -73,8 +73,8 @@ void KillNode(Process& node) {
 
 // After the first controller was killed: a second one started with the same
 // flags takes the job over, a node of one worker joins, and the job finishes
-// from the copy on disk (at least `copy_step`). Returns the second driver's
-// output, with the joiner's.
+// from the copy on disk (at least `copy_step`) with its invariants. `before`
+// is what the first controller and node said.
 void RestartJoinAndFinish(const std::string& dir, const std::string& port, int64_t copy_step,
                           const std::string& before) {
   std::vector<std::string> args = ControllerArgs(dir);
@@ -99,26 +99,48 @@ void RestartJoinAndFinish(const std::string& dir, const std::string& port, int64
   CheckSamples(dir, kEpochs);
 }
 
+// A controller-only job in epoch 2 (past its step 12): its first controller
+// and its node of two workers. `port` is empty if the controller never listened.
+struct JobInEpochTwo {
+  std::unique_ptr<Process> controller;
+  std::unique_ptr<Process> node;
+  std::string port;
+};
+
+JobInEpochTwo StartJob(const std::string& dir) {
+  std::vector<std::string> args = ControllerArgs(dir);
+  args.push_back("--port=0");
+  JobInEpochTwo job;
+  job.controller = std::make_unique<Process>(args, dir + "/driver1.log");
+  job.port = HeadPort(*job.controller);
+  if (job.port.empty()) return job;
+  job.node = JoinNode(job.port, 2, dir + "/token", dir + "/join1.log");
+  if (!WaitForStep(*job.controller, 2, 12)) job.port.clear();
+  return job;
+}
+
+// Once the controller says every worker is gone, kills it; returns the step
+// of the copy it said it would continue from (-1 if it never said so).
+int64_t KillTheControllerOnceEveryWorkerIsGone(Process& controller) {
+  if (controller.WaitFor("every worker is gone", std::chrono::seconds(60)).empty()) return -1;
+  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(controller.Output());
+  ::kill(controller.pid(), SIGKILL);
+  controller.Wait(std::chrono::seconds(30));
+  return copy_step;
+}
+
 // Every worker killed, then the controller killed and started again, then a
 // join: the copy the first controller held in memory is on disk, and the job
 // continues from it and finishes.
 TEST(ControllerStateTest, EveryWorkerKilledThenTheControllerThenAJoinContinuesFromTheCopyOnDisk) {
   const std::string dir = FreshTempDir("workers-then-controller");
-  std::vector<std::string> args = ControllerArgs(dir);
-  args.push_back("--port=0");
-  Process first(args, dir + "/driver1.log");
-  const std::string port = HeadPort(first);
-  ASSERT_FALSE(port.empty()) << first.Output();
-  const std::unique_ptr<Process> node = JoinNode(port, 2, dir + "/token", dir + "/join1.log");
-  ASSERT_TRUE(WaitForStep(first, 2, 12)) << first.Output() << node->Output();
-  for (pid_t worker : WorkersStartedBy(node->Output())) ::kill(worker, SIGKILL);
-  ASSERT_FALSE(first.WaitFor("every worker is gone", std::chrono::seconds(60)).empty())
-      << first.Output();
-  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(first.Output());
-  EXPECT_GE(copy_step, 48 + 8) << first.Output();  // epoch 1 is 48 steps at world 2
-  ASSERT_EQ(::kill(first.pid(), SIGKILL), 0);
-  first.Wait(std::chrono::seconds(30));
-  RestartJoinAndFinish(dir, port, copy_step, first.Output() + node->Output());
+  JobInEpochTwo job = StartJob(dir);
+  ASSERT_FALSE(job.port.empty()) << job.controller->Output();
+  for (pid_t worker : WorkersStartedBy(job.node->Output())) ::kill(worker, SIGKILL);
+  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
+  const std::string before = job.controller->Output() + job.node->Output();
+  EXPECT_GE(copy_step, 48 + 8) << before;  // epoch 1 is 48 steps at world 2
+  RestartJoinAndFinish(dir, job.port, copy_step, before);
 }
 
 // The sequence that lost a job by hand: every connection of a worker reset
@@ -126,27 +148,20 @@ TEST(ControllerStateTest, EveryWorkerKilledThenTheControllerThenAJoinContinuesFr
 // workers lost with its agent, then the controller killed and started again.
 TEST(ControllerStateTest, AResetThenTheNodeLostThenTheControllerRestartedLosesNothing) {
   const std::string dir = FreshTempDir("reset-node-controller");
-  std::vector<std::string> args = ControllerArgs(dir);
-  args.push_back("--port=0");
-  Process first(args, dir + "/driver1.log");
-  const std::string port = HeadPort(first);
-  ASSERT_FALSE(port.empty()) << first.Output();
-  const std::unique_ptr<Process> node = JoinNode(port, 2, dir + "/token", dir + "/join1.log");
-  ASSERT_TRUE(WaitForStep(first, 2, 12)) << first.Output() << node->Output();
-  const std::vector<pid_t> workers = WorkersStartedBy(node->Output());
-  ASSERT_EQ(workers.size(), 2u) << node->Output();
+  JobInEpochTwo job = StartJob(dir);
+  ASSERT_FALSE(job.port.empty()) << job.controller->Output();
+  const std::vector<pid_t> workers = WorkersStartedBy(job.node->Output());
+  ASSERT_EQ(workers.size(), 2u) << job.node->Output();
   ASSERT_GE(ResetConnectionsOf(workers[1]), 2) << "connections of worker pid " << workers[1];
   ASSERT_FALSE(
-      first.WaitFor("driver: generation \\d+: 1 workers", std::chrono::seconds(60)).empty())
-      << first.Output();
-  KillNode(*node);
-  ASSERT_FALSE(first.WaitFor("every worker is gone", std::chrono::seconds(60)).empty())
-      << first.Output();
-  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(first.Output());
-  EXPECT_GE(copy_step, 48 + 8) << first.Output();
-  ASSERT_EQ(::kill(first.pid(), SIGKILL), 0);
-  first.Wait(std::chrono::seconds(30));
-  RestartJoinAndFinish(dir, port, copy_step, first.Output() + node->Output());
+      job.controller->WaitFor("driver: generation \\d+: 1 workers", std::chrono::seconds(60))
+          .empty())
+      << job.controller->Output();
+  KillNode(*job.node);
+  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
+  const std::string before = job.controller->Output() + job.node->Output();
+  EXPECT_GE(copy_step, 48 + 8) << before;
+  RestartJoinAndFinish(dir, job.port, copy_step, before);
 }
 
 // Mounts a tmpfs of `bytes` at `dir` in a mount namespace of this test
