@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -106,10 +107,26 @@ void ExpectEverySampleOnce(const std::string& samples_dir, int64_t train_samples
   }
   ::closedir(d);
   ASSERT_GT(files, 0);
+  // A step is rolled back by any later generation that restored a point at or
+  // before it, not only by the next one: after a restore from the members at
+  // a newer commit, a later one may fall back to an older copy.
+  std::map<int64_t, Position> earliest_after;  // generation -> earliest restore after it
+  std::optional<Position> earliest;
+  for (auto it = start.rbegin(); it != start.rend(); ++it) {
+    if (earliest) earliest_after[it->first] = *earliest;
+    earliest = earliest ? std::min(*earliest, it->second) : it->second;
+  }
   std::map<int64_t, std::vector<int64_t>> count;  // epoch -> uses of each sample
   for (const Step& step : steps) {
+    // The earliest restore of the generations after the step's.
     auto next = start.upper_bound(step.generation);
-    if (next != start.end() && !(step.at < next->second)) continue;  // rolled back
+    std::optional<Position> rolled_back_from;
+    if (next != start.end()) {
+      rolled_back_from = next->second;
+      const auto later = earliest_after.find(next->first);
+      if (later != earliest_after.end()) rolled_back_from = std::min(next->second, later->second);
+    }
+    if (rolled_back_from && !(step.at < *rolled_back_from)) continue;  // rolled back
     std::vector<int64_t>& uses = count[step.at.first];
     uses.resize(train_samples, 0);
     for (int64_t index : step.indices) {
