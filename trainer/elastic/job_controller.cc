@@ -164,6 +164,11 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
         ToString(*newest_) + ") was held only by workers that are gone: " +
         std::to_string(newest_->step - source.point.step) + " steps are trained again");
   }
+  if (started_ && source.kind == SourceKind::kFresh) {
+    Say("driver: warning: generation " + std::to_string(generation_) +
+        " starts again from the seeded model: every worker was lost before the job's first "
+        "commit, so the steps since the start are trained again");
+  }
   out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason});
   if (!stopping_.empty()) Finish(kExitStopped);
 }

@@ -781,6 +781,7 @@ TEST(JobControllerTest, EveryWorkerLostBeforeTheFirstCommitStartsAgainFromTheSee
   ASSERT_TRUE(job.LastStart());
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kFresh);
+  EXPECT_TRUE(Said(job.all(), "starts again from the seeded model"));
   job.Sync();
   job.Commit(At(0, 256, 8), false);
   job.Kill(3);
