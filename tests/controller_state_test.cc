@@ -81,20 +81,24 @@ void RestartJoinAndFinish(const std::string& dir, const std::string& port, int64
   args.push_back("--port=" + port);
   Process second(args, dir + "/driver2.log");
   ASSERT_FALSE(second.WaitFor("driver: taking over job ", std::chrono::seconds(60)).empty())
-      << second.Output();
+      << WithoutProgress(second.Output());
   const std::unique_ptr<Process> joiner = JoinNode(port, 1, dir + "/token", dir + "/join2.log");
   ASSERT_EQ(second.Wait(std::chrono::seconds(400)), 0)
-      << before << second.Output() << joiner->Output();
-  EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << joiner->Output();
+      << WithoutProgress(before) << WithoutProgress(second.Output())
+      << WithoutProgress(joiner->Output());
+  EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner->Output());
   const std::string after = second.Output();
   const std::string all = before + after + joiner->Output();
-  EXPECT_NE(after.find("driver: the controller's copy of epoch"), std::string::npos) << after;
-  EXPECT_NE(after.find("restores the controller's copy"), std::string::npos) << after;
-  EXPECT_EQ(after.find("job's progress is lost"), std::string::npos) << after;
+  EXPECT_NE(after.find("driver: the controller's copy of epoch"), std::string::npos)
+      << WithoutProgress(after);
+  EXPECT_NE(after.find("restores the controller's copy"), std::string::npos)
+      << WithoutProgress(after);
+  EXPECT_EQ(after.find("job's progress is lost"), std::string::npos) << WithoutProgress(after);
   EXPECT_GE(StepRestoredAfter(joiner->Output(), 0), copy_step)
       << "the first generation after the restart restores at least the last copy\n"
-      << all;
-  EXPECT_NE(after.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos) << all;
+      << WithoutProgress(all);
+  EXPECT_NE(after.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos)
+      << WithoutProgress(all);
   ExpectOneChecksumPerGeneration(all);
   CheckSamples(dir, kEpochs);
 }
@@ -109,7 +113,7 @@ struct JobInEpochTwo {
 
 JobInEpochTwo StartJob(const std::string& dir) {
   std::vector<std::string> args = ControllerArgs(dir);
-  args.push_back("--port=0");
+  args.push_back("--port=" + RestartablePort());
   JobInEpochTwo job;
   job.controller = std::make_unique<Process>(args, dir + "/driver1.log");
   job.port = HeadPort(*job.controller);
@@ -139,7 +143,7 @@ TEST(ControllerStateTest, EveryWorkerKilledThenTheControllerThenAJoinContinuesFr
   for (pid_t worker : WorkersStartedBy(job.node->Output())) ::kill(worker, SIGKILL);
   const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
   const std::string before = job.controller->Output() + job.node->Output();
-  EXPECT_GE(copy_step, 48 + 8) << before;  // epoch 1 is 48 steps at world 2
+  EXPECT_GE(copy_step, 48 + 8) << WithoutProgress(before);  // epoch 1 is 48 steps at world 2
   RestartJoinAndFinish(dir, job.port, copy_step, before);
 }
 
@@ -160,7 +164,7 @@ TEST(ControllerStateTest, AResetThenTheNodeLostThenTheControllerRestartedLosesNo
   KillNode(*job.node);
   const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
   const std::string before = job.controller->Output() + job.node->Output();
-  EXPECT_GE(copy_step, 48 + 8) << before;
+  EXPECT_GE(copy_step, 48 + 8) << WithoutProgress(before);
   RestartJoinAndFinish(dir, job.port, copy_step, before);
 }
 
@@ -193,20 +197,20 @@ TEST(ControllerStateTest, AFullStateDirIsAWarningAndTheJournalNamesOnlyAComplete
   args.push_back("--state-copy-every=1");
   args.push_back("--state-dir=" + state);
   Process driver(args, dir + "/driver.log");
-  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << driver.Output();
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
   const std::string output = driver.Output();
   const std::regex warning(
       "driver: warning: the controller's copy of epoch \\d+ position \\d+ step \\d+ was not "
       "written to --state-dir: .*No space left on device; training goes on, but a controller "
       "restarted now would go on from its older copy \\(epoch 1 position 512 step 8\\)");
-  EXPECT_TRUE(std::regex_search(output, warning)) << output;
+  EXPECT_TRUE(std::regex_search(output, warning)) << WithoutProgress(output);
   const std::regex not_written("was not written to --state-dir");
   EXPECT_EQ(std::distance(std::sregex_iterator(output.begin(), output.end(), not_written),
                           std::sregex_iterator()),
             1)
       << "said once\n"
-      << output;
-  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << output;
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << WithoutProgress(output);
   ExpectOneChecksumPerGeneration(output);
   CheckSamples(dir, 2);
 

@@ -1,10 +1,16 @@
 #include "tests/elastic_job.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -47,6 +53,33 @@ std::string HeadPort(Process& driver) {
   return m.empty() ? "" : m[1].str();
 }
 
+namespace {
+
+bool CanListenOn(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return free;
+}
+
+}  // namespace
+
+std::string RestartablePort() {
+  // The ephemeral range starts at 32768 by default (ip_local_port_range);
+  // tests running side by side pick at random from the 12,000 ports below it.
+  std::random_device random;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = 20000 + static_cast<int>(random() % 12700);
+    if (CanListenOn(port) && CanListenOn(port + 1)) return std::to_string(port);
+  }
+  return "0";
+}
+
 // Waits until the job is at least `step` steps into (1-based) epoch `epoch`.
 bool WaitForStep(Process& driver, int epoch, int step) {
   return !driver
@@ -75,37 +108,65 @@ int LastPrintedEpoch(const std::string& output) {
 // Resets every established TCP connection of process `pid` (its own end, found
 // through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the
 // process lives on. Returns how many connections were reset.
-int ResetConnectionsOf(pid_t pid) {
-  std::set<std::string> inodes;
+namespace {
+
+// "ADDRESS:PORT" of a socket end, in the form ss's filter takes.
+std::string SocketEnd(const sockaddr_storage& address) {
+  char host[INET6_ADDRSTRLEN] = "";
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    ::inet_ntop(AF_INET, &v4.sin_addr, host, sizeof(host));
+    return std::string(host) + ":" + std::to_string(ntohs(v4.sin_port));
+  }
+  const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+  ::inet_ntop(AF_INET6, &v6.sin6_addr, host, sizeof(host));
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6.sin6_port));
+}
+
+// The (local, remote) ends of every connected TCP socket `pid` holds. The
+// sockets are borrowed with pidfd_getfd and asked directly: /proc/net/tcp,
+// read in pages while other tests open and close connections, can skip one.
+std::vector<std::pair<std::string, std::string>> ConnectionsOf(pid_t pid) {
+  std::vector<std::pair<std::string, std::string>> connections;
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return connections;
   const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
   if (DIR* d = ::opendir(fd_dir.c_str())) {
     while (dirent* entry = ::readdir(d)) {
       char target[256];
       const std::string link = fd_dir + "/" + entry->d_name;
       const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-      if (n <= 0) continue;
-      const std::string t(target, static_cast<size_t>(n));
-      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+      if (n <= 0 || std::string(target, static_cast<size_t>(n)).rfind("socket:[", 0) != 0) continue;
+      const int fd =
+          static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, std::atoi(entry->d_name), 0));
+      if (fd < 0) continue;  // closed meanwhile
+      int type = 0;
+      socklen_t type_size = sizeof(type);
+      sockaddr_storage local{}, remote{};
+      socklen_t local_size = sizeof(local), remote_size = sizeof(remote);
+      if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_size) == 0 && type == SOCK_STREAM &&
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) == 0 &&
+          (local.ss_family == AF_INET || local.ss_family == AF_INET6) &&
+          ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_size) == 0) {
+        connections.emplace_back(SocketEnd(local), SocketEnd(remote));
+      }
+      ::close(fd);
     }
     ::closedir(d);
   }
-  std::set<int> ports;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::istringstream in(ReadFile(table));
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
-          timeout >> inode;
-      if (state != "01" || inodes.count(inode) == 0) continue;  // 01: established
-      ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
-    }
-  }
-  for (int port : ports) {
+  ::close(pidfd);
+  return connections;
+}
+
+}  // namespace
+
+int ResetConnectionsOf(pid_t pid) {
+  const auto connections = ConnectionsOf(pid);
+  for (const auto& [local, remote] : connections) {
+    // Both ends named: only this process's end is destroyed, never another
+    // process's socket that shares a local port number.
     // ss exits 0 even when the kernel refuses (no CAP_NET_ADMIN): read what it says.
-    const std::string command = "ss -K -tn 'sport = :" + std::to_string(port) + "' 2>&1";
+    const std::string command = "ss -K -tn 'src " + local + " and dst " + remote + "' 2>&1";
     std::FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return -1;
     std::string said;
@@ -115,8 +176,10 @@ int ResetConnectionsOf(pid_t pid) {
       std::fprintf(stderr, "ss -K failed: %s\n", said.c_str());
       return -1;
     }
+    std::fprintf(stderr, "reset %s -> %s of pid %d\n", local.c_str(), remote.c_str(),
+                 static_cast<int>(pid));
   }
-  return static_cast<int>(ports.size());
+  return static_cast<int>(connections.size());
 }
 
 // The step of the state the first generation after `generation` restored

@@ -30,6 +30,12 @@ std::unique_ptr<Process> JoinNode(const std::string& port, int workers,
 // pid of the worker that had `rank` in `generation` (from its sync log line).
 pid_t WorkerPid(Process& driver, int generation, int rank);
 
+// A port P for a head that is restarted with --port=P, such that P and P+1
+// (its controller's) are free now and below the kernel's ephemeral range:
+// with --port=0 the controller took any free port, but a restarted one needs
+// P+1, which any outgoing connection on the machine may hold by then.
+std::string RestartablePort();
+
 // The port the driver's head listens on, once it says so ("" if it never does).
 std::string HeadPort(Process& driver);
 

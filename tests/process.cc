@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,21 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::string WithoutProgress(const std::string& output) {
+  static const std::regex progress("^epoch \\d+/\\d+ step \\d+/\\d+ ");
+  std::istringstream in(output);
+  std::string events, line;
+  size_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, progress)) {
+      ++dropped;
+      continue;
+    }
+    events += line + "\n";
+  }
+  return events + "(" + std::to_string(dropped) + " progress lines left out)\n";
 }
 
 Process::Process(const std::vector<std::string>& args, const std::string& log) : log_(log) {

@@ -42,6 +42,11 @@ class Process {
 
 std::string ReadFile(const std::string& path);
 
+// A job's output without its per-step progress lines ("epoch E/N step S/T
+// ..."): what a failed assertion prints, so that the events that matter fit
+// in a CI log that keeps only the head and the tail of what a test printed.
+std::string WithoutProgress(const std::string& output);
+
 // True while `pid` runs. kill(pid, 0) also succeeds on a zombie that its
 // parent (a node agent, for workers) has not reaped yet: this does not.
 bool IsRunning(pid_t pid);
