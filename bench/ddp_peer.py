@@ -65,10 +65,15 @@ def load_test_set(data_dir, limit):
     return images, labels
 
 
-def cosine_lr(base_lr, epochs_done, epochs):
-    """//trainer's cosine schedule (trainer/schedule.cc) without warm-up."""
-    t = min(max(epochs_done / epochs, 0.0), 1.0)
-    return base_lr * 0.5 * (1 + math.cos(math.pi * t))
+def cosine_lr(base_lr, epochs_done, epochs, warmup_epochs=0.0):
+    """//trainer's cosine schedule (trainer/schedule.cc): cosine over the epochs
+    after warm-up, scaled by epochs_done / warmup_epochs during warm-up."""
+    span = epochs - warmup_epochs
+    t = min(max((epochs_done - warmup_epochs) / span, 0.0), 1.0) if span > 0 else 1.0
+    lr = base_lr * 0.5 * (1 + math.cos(math.pi * t))
+    if warmup_epochs > 0 and epochs_done < warmup_epochs:
+        lr *= max(0.0, epochs_done) / warmup_epochs
+    return lr
 
 
 class IndexSet:
@@ -123,6 +128,8 @@ def parse_args(argv=None):
                         help="stop after this many steps in all (0: no limit)")
     parser.add_argument("--batch-size", type=int, default=128, help="per worker")
     parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
+    parser.add_argument("--warmup-epochs", type=float, default=0.0,
+                        help="linear warm-up over this many epochs, as ours (--warmup-epochs)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--train-samples", type=int, default=0,
@@ -223,7 +230,8 @@ def main():
             x, y = augmented_batch(images, labels, index, generator)
             samples_done = min(n, (i + 1) * global_batch)
             for group in optimizer.param_groups:
-                group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs)
+                group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs,
+                                        args.warmup_epochs)
             x = x.contiguous(memory_format=memory_format(args))
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):

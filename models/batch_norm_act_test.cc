@@ -194,6 +194,75 @@ TEST(BatchNormActTest, OutputKeepsTheInputsTypeAndLayout) {
   }
 }
 
+// Training over a few hundred steps, as a run does: the fused node and ATen's
+// ops each train a module of their own from the same start on the same
+// batches (plain SGD on the affine parameters), and stay together: outputs at
+// every step, then the running statistics, the step count, the parameters and
+// the evaluation output at the end. A bias in the running statistics that one
+// step hides (variance, momentum) adds up here.
+TEST(BatchNormActTest, ManyTrainingStepsMatchATen) {
+  const int64_t channels = 24, steps = 300;
+  torch::manual_seed(21);
+  nn::BatchNorm2d fused = RandomBatchNorm(channels);
+  nn::BatchNorm2d reference(channels);
+  {
+    torch::NoGradGuard no_grad;
+    reference->weight.copy_(fused->weight);
+    reference->bias.copy_(fused->bias);
+    reference->running_mean.copy_(fused->running_mean);
+    reference->running_var.copy_(fused->running_var);
+  }
+  const double lr = 0.05;
+  double worst_output = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    // Batches whose statistics drift, as activations do while a model trains.
+    const double drift = static_cast<double>(step) / steps;
+    const torch::Tensor x = (torch::randn({32, channels, 8, 8}) * (1 + drift) + 2 * drift)
+                                .contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor residual =
+        torch::randn({32, channels, 8, 8}).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::Tensor upstream = torch::randn({32, channels, 8, 8});
+    torch::Tensor outputs[2];
+    for (const bool use_fused : {true, false}) {
+      nn::BatchNorm2d& bn = use_fused ? fused : reference;
+      EnableFusedBatchNorm(use_fused);
+      ASSERT_EQ(FusedBatchNormApplies(*bn, x, residual), use_fused);
+      const torch::Tensor input = x.clone().requires_grad_();
+      const torch::Tensor y = BatchNormAct(*bn, input, Activation::kRelu, residual);
+      EnableFusedBatchNorm(true);
+      (y * upstream).mean().backward();
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor* p : {&bn->weight, &bn->bias}) {
+        p->sub_(p->grad() * lr);
+        p->mutable_grad().zero_();
+      }
+      outputs[use_fused ? 0 : 1] = y.detach();
+    }
+    const double scale = outputs[1].abs().max().item<double>();
+    worst_output =
+        std::max(worst_output, (outputs[0] - outputs[1]).abs().max().item<double>() / scale);
+  }
+  EXPECT_LE(worst_output, 1e-5) << "largest relative output difference over " << steps << " steps";
+  ExpectClose(fused->running_mean, reference->running_mean, 1e-5, "running mean");
+  ExpectClose(fused->running_var, reference->running_var, 1e-5, "running variance");
+  EXPECT_TRUE(torch::equal(fused->num_batches_tracked, reference->num_batches_tracked));
+  ExpectClose(fused->weight, reference->weight, 1e-5, "weight");
+  ExpectClose(fused->bias, reference->bias, 1e-5, "bias");
+  // The statistics moved: a kernel that never updated them would not pass.
+  EXPECT_GT(fused->running_mean.mean().item<double>(), 1.0);
+
+  torch::NoGradGuard no_grad;
+  fused->eval();
+  reference->eval();
+  const torch::Tensor x =
+      (torch::randn({16, channels, 8, 8}) * 2 + 2).contiguous(at::MemoryFormat::ChannelsLast);
+  ASSERT_TRUE(FusedBatchNormApplies(*fused, x));
+  EnableFusedBatchNorm(false);
+  const torch::Tensor want = BatchNormAct(*reference, x, Activation::kRelu);
+  EnableFusedBatchNorm(true);
+  ExpectClose(BatchNormAct(*fused, x, Activation::kRelu), want, 1e-5, "evaluation output");
+}
+
 // Evaluation with autograd off: the running statistics, as the module uses them.
 TEST(BatchNormActTest, EvaluationMatchesTheModule) {
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
