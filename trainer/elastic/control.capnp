@@ -53,6 +53,8 @@ struct Generation {
   source @2 :StateSource;
   stop @3 :Text;                # non-empty: sync, rank 0 checkpoints, all exit
   reason @4 :Text;              # why this generation (for logs)
+  sendCopy @5 :Bool;            # rank 0 sends the state it synced (Synced.state):
+                                # it comes from a member, the controller's copy is older
 }
 
 # Controller -> rank 0 (tell "request"): stop at a commit point so that
@@ -110,6 +112,7 @@ struct Synced {
   generation @0 :UInt64;
   point @1 :StatePoint;
   checksum @2 :UInt64;
+  state @3 :Data;  # the state synced, when the order asked (Generation.sendCopy)
 }
 
 # Rank 0 -> controller (tell "first-step"): wall-clock time of the

@@ -455,7 +455,16 @@ void ControllerActor::StoreCopy(const StatePoint& point) {
 void ControllerActor::OnSynced(const std::string& payload) {
   MessageBytes bytes(payload, "synced");
   const proto::Synced::Reader s = bytes.Get<proto::Synced>();
-  Feed(event::Synced{s.getGeneration(), FromProto(s.getPoint())});
+  const capnp::Data::Reader state = s.getState();
+  const bool copy = state.size() > 0 && s.getGeneration() == machine_.generation();
+  if (copy) {
+    copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
+    StoreCopy(FromProto(s.getPoint()));
+    Say("driver: the controller's copy is now the state generation " +
+        std::to_string(s.getGeneration()) + " restored from a worker (" +
+        ToString(FromProto(s.getPoint())) + ")");
+  }
+  Feed(event::Synced{s.getGeneration(), FromProto(s.getPoint()), copy});
 }
 
 void ControllerActor::OnFirstStep(const std::string& payload) {
@@ -568,6 +577,7 @@ void ControllerActor::Carry(const action::StartGeneration& start) {
         source.setState(AsData(copy_));
       g.setStop(start.stop);
       g.setReason(start.reason);
+      g.setSendCopy(start.send_copy);
     });
     TellTrainer(start.members[rank], kMethodGeneration, payload);
   }

@@ -169,7 +169,9 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
         " starts again from the seeded model: every worker was lost before the job's first "
         "commit, so the steps since the start are trained again");
   }
-  out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason});
+  const bool send_copy =
+      source.kind == SourceKind::kMember && stopping_.empty() && (!copy_ || *copy_ < source.point);
+  out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason, send_copy});
   if (!stopping_.empty()) Finish(kExitStopped);
 }
 
@@ -265,6 +267,10 @@ void JobController::OnSynced(const event::Synced& e) {
     if (*newest_ == e.point) holders_.insert(id);
   }
   faulting_since_.reset();
+  if (e.copy) {
+    copy_ = e.point;
+    out_.push_back(action::Journal{});
+  }
 }
 
 void JobController::OnCheckpointWritten(const event::CheckpointWritten& e) {

@@ -120,6 +120,7 @@ struct Commit {
 struct Synced {
   uint64_t generation = 0;
   StatePoint point;
+  bool copy = false;  // the controller now holds this state
 };
 struct CheckpointWritten {
   StatePoint point;
@@ -157,6 +158,10 @@ struct StartGeneration {
   StateSource source;
   std::string stop;  // non-empty: sync, rank 0 writes a checkpoint, everyone exits
   std::string reason;
+  // Rank 0 sends the state it synced: it comes from a member and is newer than
+  // the controller's copy, which would otherwise stay older until the next
+  // copy (a controller restarted before it would train those steps again).
+  bool send_copy = false;
 };
 struct RequestStop {  // to rank 0 of `generation`
   uint64_t generation = 0;

@@ -697,6 +697,42 @@ TEST(JobControllerTest, RestartedControllerWaitsForTheNewestCommitBeforeAnOlderC
   EXPECT_EQ(job.LastStart()->source.point, At(3, 768, 130));
 }
 
+// A generation restored from a member at a commit newer than the controller's
+// copy asks rank 0 for the state it synced; once it comes, the copy is that
+// commit (journalled), so losing every worker before the next commit trains
+// nothing again. A member source no newer than the copy asks for nothing.
+TEST(JobControllerTest, AGenerationRestoredFromAMemberNewerThanTheCopySendsItsState) {
+  RecoveredJob recovered;
+  recovered.generation = 9;
+  recovered.newest = At(3, 768, 130);
+  recovered.world_of_newest = 0;
+  recovered.copy = At(3, 640, 124);
+  Job job(Config(0), recovered);
+  job.Feed(event::Registered{12, 3, At(3, 768, 130)});
+  ASSERT_TRUE(job.LastStart());
+  ASSERT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_TRUE(job.LastStart()->send_copy);
+  job.Take();
+  job.Feed(event::Synced{job.generation(), At(3, 768, 130), true});
+  EXPECT_EQ(job.controller().copy(), At(3, 768, 130));
+  EXPECT_FALSE(Only<action::Journal>(job.Take()).empty()) << "the journal names the new copy";
+
+  job.Kill(12);
+  job.Feed(event::Registered{40, 8, std::nullopt});
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_EQ(job.LastStart()->source.point, At(3, 768, 130));
+  EXPECT_FALSE(Said(job.all(), "trained again"));
+
+  // Restored from a member at the copy's own commit: nothing to send.
+  Job current = Started(Config(2));
+  current.Commit(At(0, 128, 2), true);
+  current.Kill(1);
+  ASSERT_TRUE(current.LastStart());
+  EXPECT_EQ(current.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_FALSE(current.LastStart()->send_copy);
+}
+
 // No holder of the newest commit comes back within the wait: the job goes on
 // from the best older source, saying how many steps are trained again; it
 // never stops while one exists.

@@ -36,6 +36,7 @@ void TrainerInbox::OnGeneration(const std::string& payload) {
   order.state.assign(reinterpret_cast<const char*>(state.begin()), state.size());
   order.stop = message.getStop().cStr();
   order.reason = message.getReason().cStr();
+  order.send_copy = message.getSendCopy();
   if (order.source.rank < 0 || order.source.rank >= static_cast<int>(order.members.size()))
     order.source.rank = 0;
   const uint64_t generation = order.generation;

@@ -24,9 +24,10 @@ struct GenerationOrder {
   uint64_t generation = 0;
   std::vector<uint64_t> members;  // ranks are positions
   StateSource source;
-  std::string state;   // the controller's copy (kControllerCopy, rank 0 only)
-  std::string stop;    // non-empty: sync, rank 0 checkpoints, everyone exits
-  std::string reason;  // why this generation
+  std::string state;       // the controller's copy (kControllerCopy, rank 0 only)
+  std::string stop;        // non-empty: sync, rank 0 checkpoints, everyone exits
+  std::string reason;      // why this generation
+  bool send_copy = false;  // rank 0 sends the controller the state it synced
   int RankOf(uint64_t member) const;
 };
 

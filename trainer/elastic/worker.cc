@@ -323,6 +323,7 @@ class Worker {
   static constexpr size_t kCopyFrameOverhead = size_t{64} << 10;
   // Whether `state` fits in the frame of a CommitReport; says once when not.
   bool CopyFits(const std::string& state);
+  void ReportSynced(const GenerationOrder& order);
   double last_accuracy_ = 0;
   bool stopped_early_ = false;
   // Sums of the steps since the last commit point.
@@ -673,6 +674,25 @@ bool Worker::CommitPoint(Communicator& comm, int rank, CommitAt at) {
     });
   }
   return stop;
+}
+
+void Worker::ReportSynced(const GenerationOrder& order) {
+  // The state came from a member and the controller's copy is older: without
+  // this copy a controller restarted before the next one would train the
+  // steps in between again.
+  std::string state;
+  if (order.send_copy && elastic_.state_copy_every > 0 && holds_commit_) {
+    state = commit_.Seal(env_.token);
+    if (!CopyFits(state)) state.clear();
+  }
+  Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
+    m.setGeneration(generation_);
+    ToProto(Point(), m.initPoint());
+    m.setChecksum(ParameterChecksum(learner_->parameters()));
+    if (!state.empty())
+      m.setState(
+          capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
+  });
 }
 
 bool Worker::CopyFits(const std::string& state) {
@@ -1036,13 +1056,7 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
         MakeLearnerOptions(scaled, train_set_->num_classes(), arithmetic_), device_);
     if (LoadSource(order, rank)) {
       Sync(*comm, rank, order.source.kind == SourceKind::kMember ? order.source.rank : 0);
-      if (rank == 0) {
-        Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
-          m.setGeneration(generation_);
-          ToProto(Point(), m.initPoint());
-          m.setChecksum(ParameterChecksum(learner_->parameters()));
-        });
-      }
+      if (rank == 0) ReportSynced(order);
       if (!order.stop.empty()) {
         if (rank == 0) WriteCheckpoint(commit_.learner);
         outcome = Outcome::kStopped;
