@@ -63,6 +63,7 @@ def run_ddp(args, seed, log):
                "--standalone", "--nproc_per_node", str(args.workers),
                os.path.join(ROOT, "bench", "ddp_peer.py"), "--data-dir", args.data_dir,
                *recipe(args, seed)]
+    command += args.ddp_flag
     output = run(command, log, env={"OMP_NUM_THREADS": "1"})
     accuracies = []
     for line in output.splitlines():
@@ -123,6 +124,11 @@ def main():
                         help="name of this variant of ours in --results (ablations)")
     parser.add_argument("--ours-flag", action="append", default=[],
                         help="an extra flag for ours only (repeatable), e.g. --ours-flag=--x=1")
+    parser.add_argument("--ddp-label", default="ddp",
+                        help="name of this variant of the peer in --results (ablations)")
+    parser.add_argument("--ddp-flag", action="append", default=[],
+                        help="an extra flag for the peer only (repeatable), e.g. "
+                             "--ddp-flag=--order=elastic")
     parser.add_argument("--results", default="/tmp/accuracy_bench.jsonl",
                         help="JSON lines, one per finished run; runs already there are reused")
     parser.add_argument("--report-only", action="store_true", help="print the table, run nothing")
@@ -139,7 +145,7 @@ def main():
     os.makedirs(log_dir, exist_ok=True)
 
     def label_of(side):
-        return args.label if side == "ours" else "ddp"
+        return args.label if side == "ours" else args.ddp_label
 
     def done(side, seed):
         return [r for r in load(args.results) if r["key"] == key and r["side"] == side and
@@ -159,7 +165,7 @@ def main():
                     sys.exit(f"accuracy_bench: {side} printed {len(accuracies)} epoch results, "
                              f"expected {args.epochs}; see {log}")
                 row = dict(key=key, side=side, label=label_of(side), seed=seed,
-                           flags=args.ours_flag if side == "ours" else [],
+                           flags=args.ours_flag if side == "ours" else args.ddp_flag,
                            accuracies=accuracies, seconds=round(time.time() - started, 1))
                 with open(args.results, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -175,7 +181,8 @@ def main():
                     rows[-1]["accuracies"][-args.last:]) * 100
     print(f"\n{args.model}, {args.workers} workers, batch {args.batch_size}/worker, "
           f"{args.epochs} epochs, lr {args.lr} x world, warm-up {args.warmup_epochs}, "
-          f"{args.precision}, {args.memory_format}; ours: {args.label} {' '.join(args.ours_flag)}")
+          f"{args.precision}, {args.memory_format}; ours: {args.label} {' '.join(args.ours_flag)}; "
+          f"peer: {args.ddp_label} {' '.join(args.ddp_flag)}")
     print(f"mean test accuracy of the last {args.last} epochs, %\n")
     print("| seed | " + " | ".join(label_of(s) for s in sides) + " | ours - DDP |")
     print("| --- |" + " --- |" * (len(sides) + 1))

@@ -76,6 +76,57 @@ def cosine_lr(base_lr, epochs_done, epochs, warmup_epochs=0.0):
     return lr
 
 
+MASK = (1 << 64) - 1
+
+
+def mix(x):
+    """SplitMix64's finaliser, as trainer/elastic/sampler.cc and trainer/data/augment.cc."""
+    x = (x + 0x9e3779b97f4a7c15) & MASK
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
+    return x ^ (x >> 31)
+
+
+def elastic_permutation(n, seed, epoch):
+    """ElasticSampler::Permutation: a Fisher-Yates shuffle driven by SplitMix64."""
+    order = list(range(n))
+    state = (seed ^ ((0x5851f42d4c957f2d * (epoch + 1)) & MASK)) & MASK
+    for i in range(n - 1, 0, -1):
+        state = (state + 0x9e3779b97f4a7c15) & MASK
+        z = state
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & MASK
+        j = (z ^ (z >> 31)) % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def elastic_rank_order(n, seed, epoch, rank, world, step_samples):
+    """The samples rank `rank` trains in epoch `epoch`, step after step, as ours
+    (ElasticSampler::StepIndices): each step takes the next step_samples of the
+    permutation and gives rank r its r-th contiguous share."""
+    order = elastic_permutation(n, seed, epoch)
+    mine = []
+    for position in range(0, n, step_samples):
+        samples = min(step_samples, n - position)
+        base, extra = divmod(samples, world)
+        begin = position + rank * base + min(rank, extra)
+        mine.extend(order[begin:begin + base + (1 if rank < extra else 0)])
+    return mine
+
+
+def elastic_augmented_batch(images, labels, index, seed, epoch):
+    """trainer/data/augment.cc's crop offsets and flip, a hash of (seed, epoch, sample)."""
+    x = F.pad(images[index].float().div_(255), (4, 4, 4, 4))
+    out = torch.empty(len(index), 3, 32, 32)
+    for i, sample in enumerate(index.tolist()):
+        h = mix(mix(mix(seed) ^ epoch) ^ sample)
+        dy, dx, flip = h % 9, (h >> 16) % 9, (h >> 32) & 1
+        crop = x[i, :, dy:dy + 32, dx:dx + 32]
+        out[i] = crop.flip(2) if flip else crop
+    return (out - MEAN) / STD, labels[index]
+
+
 class IndexSet:
     """What DistributedSampler needs of a data set: its length."""
 
@@ -146,6 +197,12 @@ def parse_args(argv=None):
                         help="file rank 0 writes after each epoch and every "
                              "--checkpoint-every steps; a (re)started job resumes from it")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: epochs only")
+    parser.add_argument("--order", default="distributed", choices=["distributed", "elastic"],
+                        help="ablation: DistributedSampler's order, or ours (elastic: the same "
+                             "permutation and per-rank shares as //trainer:cifar)")
+    parser.add_argument("--augmentation", default="torch", choices=["torch", "elastic"],
+                        help="ablation: crop and flip from a torch.Generator per (seed, epoch, "
+                             "rank), or ours (elastic: the hash of (seed, epoch, sample))")
     parser.add_argument("--step-lines", action="store_true",
                         help="print a STEP line after every step (for restart timing)")
     args = parser.parse_args(argv)
@@ -219,7 +276,11 @@ def main():
     done = False
     while epoch < args.epochs and not done:
         sampler.set_epoch(epoch)
-        order = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+        if args.order == "elastic":
+            order = torch.tensor(elastic_rank_order(n, args.seed, epoch, rank, world, global_batch),
+                                 dtype=torch.int64)
+        else:
+            order = torch.tensor(list(iter(sampler)), dtype=torch.int64)
         generator.manual_seed(args.seed * 1000003 + epoch * 1009 + rank)
         first = samples_done // global_batch  # resume inside the epoch after a restart
         steps_in_epoch = math.ceil(order.numel() / args.batch_size)
@@ -227,7 +288,10 @@ def main():
         images_seen, loss_sum, correct = 0, 0.0, 0
         for i in range(first, steps_in_epoch):
             index = order[i * args.batch_size:(i + 1) * args.batch_size]
-            x, y = augmented_batch(images, labels, index, generator)
+            if args.augmentation == "elastic":
+                x, y = elastic_augmented_batch(images, labels, index, args.seed, epoch)
+            else:
+                x, y = augmented_batch(images, labels, index, generator)
             samples_done = min(n, (i + 1) * global_batch)
             for group in optimizer.param_groups:
                 group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs,
@@ -243,8 +307,15 @@ def main():
             correct += (out.argmax(1) == y).sum().item()
             images_seen += y.numel() * world
             step += 1
-            if rank == 0 and args.step_lines:
-                emit("STEP", time=time.time(), restart=restart, epoch=epoch, step=step)
+            if args.step_lines:
+                # The world's mean loss of this step (ours prints the epoch's running mean).
+                step_loss = torch.tensor([loss.item() * y.numel(), float(y.numel())],
+                                         dtype=torch.float64)
+                dist.all_reduce(step_loss)
+                if rank == 0:
+                    emit("STEP", time=time.time(), restart=restart, epoch=epoch, step=step,
+                         loss=step_loss[0].item() / step_loss[1].item(),
+                         rank0_loss=loss.item())
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 checkpoint()
             if args.max_steps and step >= args.max_steps:
