@@ -121,6 +121,28 @@ void KillMidEpoch(int rank) {
 
 // A bad --data-dir is one clear error from the driver, before any worker is
 // started (not the same error once per worker).
+// --max-steps inside an epoch: the job ends there, and that epoch is evaluated
+// and summarised (--help says so), not left with no test accuracy at all.
+TEST(ElasticTest, MaxStepsInsideAnEpochEvaluatesThatEpoch) {
+  const std::string dir = FreshTempDir("max-steps");
+  std::vector<std::string> args = JobArgs(dir, 2, 3);
+  args.push_back("--max-steps=5");
+  Process driver(args, dir + "/driver.log");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(240)), 0) << WithoutProgress(driver.Output());
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find("epoch 1/3 step 5/"), std::string::npos) << WithoutProgress(output);
+  EXPECT_EQ(output.find("epoch 1/3 step 6/"), std::string::npos) << WithoutProgress(output);
+  const std::regex summary(
+      "epoch 1/3 world 2 \\| train loss [0-9.]+ acc [0-9.]+% \\| test loss "
+      "[0-9.]+ acc ([0-9.]+)%");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, summary)) << WithoutProgress(output);
+  EXPECT_GT(std::stod(m[1]), 0.0) << m[0];
+  EXPECT_NE(output.find("done: 0 epochs, 5 steps, test accuracy " + m[1].str() + "%"),
+            std::string::npos)
+      << WithoutProgress(output);
+}
+
 TEST(ElasticTest, ABadDataDirIsOneErrorBeforeAnyWorkerStarts) {
   const std::string dir = FreshTempDir("nodata");
   std::vector<std::string> args = JobArgs(dir, 3, 1);

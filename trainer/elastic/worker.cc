@@ -815,6 +815,10 @@ Worker::Outcome Worker::Train(Communicator& comm, int world, int rank) {
       }
     }
   }
+  // --max-steps ended the job inside an epoch: that epoch is evaluated and
+  // summarised as --help promises (EpochBoundary ends nothing it did not train).
+  if (!stopped_early_ && p.position > 0 && !EpochTrained(limits_, p.position))
+    EpochBoundary(comm, shape);
   if (rank == 0) FinishJob();
   return Outcome::kDone;
 }
