@@ -51,4 +51,17 @@ ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary checkpoint was left behind"
   --checkpoint "$TMP/ck.pt" >"$TMP/out" 2>&1 || fail "resume: $(cat "$TMP/out")"
 [[ $(grep -c '^STEP ' "$TMP/out") -eq 1 ]] || fail "resumed run should do 1 step: $(cat "$TMP/out")"
 grep -q '^STEP .*"step": 3' "$TMP/out" || fail "resumed run did not continue at step 3: $(cat "$TMP/out")"
+# The ports of our sampler and augmentation (--order/--augmentation=elastic)
+# give the values trainer/elastic/sampler_test.cc and
+# trainer/data/loader_test.cc pin for the C++ originals.
+"$PY" - "$(dirname "$PEER")" <<'EOF' || fail "the elastic ports differ from the C++ originals"
+import sys
+sys.path.insert(0, sys.argv[1])
+import ddp_peer as d
+assert d.elastic_permutation(4068, 0, 0)[:8] == [2275, 1933, 2321, 2210, 1391, 3203, 2792, 218]
+assert d.elastic_rank_order(4068, 0, 0, 1, 2, 128)[:2] == d.elastic_permutation(4068, 0, 0)[64:66]
+for sample, dy, dx, flip in [(2275, 3, 3, 1), (1933, 7, 4, 1), (2210, 6, 5, 0), (0, 6, 0, 1)]:
+    h = d.mix(d.mix(d.mix(3) ^ 7) ^ sample)
+    assert (h % 9, (h >> 16) % 9, (h >> 32) & 1) == (dy, dx, flip), sample
+EOF
 echo PASS

@@ -125,6 +125,23 @@ TEST(Loader, AugmentationMatchesThePytorchCifarPipeline) {
   EXPECT_LT(flips, 54);
 }
 
+// Pinned values: bench/ddp_peer.py --augmentation=elastic ports this hash to
+// train the peer on our random streams (an accuracy ablation), and
+// bench/ddp_peer_test.sh checks the port against the same numbers.
+TEST(Loader, AugmentationHashIsPinned) {
+  const struct {
+    int64_t sample;
+    int dy, dx;
+    bool flip;
+  } pinned[] = {{2275, 3, 3, true}, {1933, 7, 4, true}, {2210, 6, 5, false}, {0, 6, 0, true}};
+  for (const auto& p : pinned) {
+    const Augmentation aug = AugmentationFor(3, 7, p.sample);
+    EXPECT_EQ(aug.dy, p.dy) << p.sample;
+    EXPECT_EQ(aug.dx, p.dx) << p.sample;
+    EXPECT_EQ(aug.flip, p.flip) << p.sample;
+  }
+}
+
 TEST(Loader, AugmentationCoversEveryWindowAndBothFlips) {
   std::set<int> dy, dx;
   int flips = 0;

@@ -98,6 +98,15 @@ TEST(ElasticSamplerTest, OrderStatisticsAreThoseOfUniformPermutations) {
   EXPECT_NEAR(same_rank, samples / 2.0, 5 * std::sqrt(samples / 4.0));
 }
 
+// Pinned values: bench/ddp_peer.py --order=elastic ports this permutation to
+// train the peer on our sample order (an accuracy ablation), and
+// bench/ddp_peer_test.sh checks the port against the same numbers.
+TEST(ElasticSamplerTest, PermutationIsPinned) {
+  const std::vector<int64_t> order = ElasticSampler(4068, 0).Permutation(0);
+  EXPECT_EQ(std::vector<int64_t>(order.begin(), order.begin() + 8),
+            (std::vector<int64_t>{2275, 1933, 2321, 2210, 1391, 3203, 2792, 218}));
+}
+
 TEST(ElasticSamplerTest, RanksOfAStepAreDisjointAndCoverTheEpoch) {
   ElasticSampler sampler(1003, 1);  // not divisible by world * batch
   const std::vector<int64_t> perm = sampler.Permutation(3);
