@@ -657,15 +657,22 @@ TEST(JobControllerTest, RestartedControllerWithNoSourceStops) {
   EXPECT_TRUE(Said(job.all(), "no other copy of the job's state exists"));
 }
 
+// What a controller restarted with its copy on disk knows: generation 9, the
+// newest commit (its world not known) and the copy's point.
+RecoveredJob TakenOverWithCopy(StatePoint newest, StatePoint copy) {
+  RecoveredJob recovered;
+  recovered.generation = 9;
+  recovered.newest = newest;
+  recovered.world_of_newest = 0;
+  recovered.copy = copy;
+  return recovered;
+}
+
 // The run: every worker lost (the copy kept their commit), then the
 // controller killed and started again. Its copy came back from --state-dir:
 // the first joiner continues from it at once, nothing is trained again.
 TEST(JobControllerTest, RestartedControllerContinuesFromItsCopyOnDisk) {
-  RecoveredJob recovered;
-  recovered.generation = 9;
-  recovered.newest = At(3, 640, 124);
-  recovered.world_of_newest = 0;
-  recovered.copy = At(3, 640, 124);
+  RecoveredJob recovered = TakenOverWithCopy(At(3, 640, 124), At(3, 640, 124));
   Job job(Config(0), recovered);
   EXPECT_EQ(job.controller().copy(), At(3, 640, 124));
   job.Feed(event::Registered{30, 7, std::nullopt});
@@ -680,11 +687,7 @@ TEST(JobControllerTest, RestartedControllerContinuesFromItsCopyOnDisk) {
 // The copy on disk is older than the newest commit (--state-copy-every > 1,
 // or its write failed): the workers that hold the newest one are waited for.
 TEST(JobControllerTest, RestartedControllerWaitsForTheNewestCommitBeforeAnOlderCopy) {
-  RecoveredJob recovered;
-  recovered.generation = 9;
-  recovered.newest = At(3, 768, 130);
-  recovered.world_of_newest = 0;
-  recovered.copy = At(3, 640, 124);
+  RecoveredJob recovered = TakenOverWithCopy(At(3, 768, 130), At(3, 640, 124));
   recovered.wait_ms = 20000;
   Job job(Config(0), recovered);
   job.Feed(event::Registered{30, 7, std::nullopt});
@@ -702,11 +705,7 @@ TEST(JobControllerTest, RestartedControllerWaitsForTheNewestCommitBeforeAnOlderC
 // commit (journalled), so losing every worker before the next commit trains
 // nothing again. A member source no newer than the copy asks for nothing.
 TEST(JobControllerTest, AGenerationRestoredFromAMemberNewerThanTheCopySendsItsState) {
-  RecoveredJob recovered;
-  recovered.generation = 9;
-  recovered.newest = At(3, 768, 130);
-  recovered.world_of_newest = 0;
-  recovered.copy = At(3, 640, 124);
+  RecoveredJob recovered = TakenOverWithCopy(At(3, 768, 130), At(3, 640, 124));
   Job job(Config(0), recovered);
   job.Feed(event::Registered{12, 3, At(3, 768, 130)});
   ASSERT_TRUE(job.LastStart());
