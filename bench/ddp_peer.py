@@ -40,7 +40,8 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_peer import augmented_batch, load_cifar10, MEAN, STD  # noqa: E402
+from torch_peer import (augmented_batch, crop_flip_normalise, load_cifar10, MEAN,  # noqa: E402
+                        STD)
 from torch_peer_models import MODELS, PARAMETERS  # noqa: E402
 
 _IMPORTED = time.time()
@@ -92,11 +93,8 @@ def elastic_permutation(n, seed, epoch):
     order = list(range(n))
     state = (seed ^ ((0x5851f42d4c957f2d * (epoch + 1)) & MASK)) & MASK
     for i in range(n - 1, 0, -1):
+        j = mix(state) % (i + 1)  # SplitMix64's next output: the finaliser of state + gamma
         state = (state + 0x9e3779b97f4a7c15) & MASK
-        z = state
-        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & MASK
-        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & MASK
-        j = (z ^ (z >> 31)) % (i + 1)
         order[i], order[j] = order[j], order[i]
     return order
 
@@ -117,14 +115,9 @@ def elastic_rank_order(n, seed, epoch, rank, world, step_samples):
 
 def elastic_augmented_batch(images, labels, index, seed, epoch):
     """trainer/data/augment.cc's crop offsets and flip, a hash of (seed, epoch, sample)."""
-    x = F.pad(images[index].float().div_(255), (4, 4, 4, 4))
-    out = torch.empty(len(index), 3, 32, 32)
-    for i, sample in enumerate(index.tolist()):
-        h = mix(mix(mix(seed) ^ epoch) ^ sample)
-        dy, dx, flip = h % 9, (h >> 16) % 9, (h >> 32) & 1
-        crop = x[i, :, dy:dy + 32, dx:dx + 32]
-        out[i] = crop.flip(2) if flip else crop
-    return (out - MEAN) / STD, labels[index]
+    hashes = [mix(mix(mix(seed) ^ epoch) ^ sample) for sample in index.tolist()]
+    return crop_flip_normalise(images, labels, index, [h % 9 for h in hashes],
+                               [(h >> 16) % 9 for h in hashes], [(h >> 32) & 1 for h in hashes])
 
 
 class IndexSet:

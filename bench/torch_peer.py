@@ -43,14 +43,19 @@ def load_cifar10(data_dir):
 def augmented_batch(images, labels, index, generator):
     """Random crop 32 with 4-pixel zero padding, horizontal flip, normalise:
     what the C++ loader does, done on the whole batch with tensor ops."""
-    x = images[index].float().div_(255)
-    x = F.pad(x, (4, 4, 4, 4))
-    n = x.shape[0]
+    n = len(index)
     dy = torch.randint(0, 9, (n,), generator=generator)
     dx = torch.randint(0, 9, (n,), generator=generator)
     flip = torch.rand(n, generator=generator) < 0.5
-    out = torch.empty(n, 3, 32, 32)
-    for i in range(n):
+    return crop_flip_normalise(images, labels, index, dy, dx, flip)
+
+
+def crop_flip_normalise(images, labels, index, dy, dx, flip):
+    """Sample i's 32x32 window at (dy[i], dx[i]) of its 4-pixel zero-padded
+    image, flipped when flip[i], normalised."""
+    x = F.pad(images[index].float().div_(255), (4, 4, 4, 4))
+    out = torch.empty(len(index), 3, 32, 32)
+    for i in range(len(index)):
         crop = x[i, :, dy[i]:dy[i] + 32, dx[i]:dx[i] + 32]
         out[i] = crop.flip(2) if flip[i] else crop
     return (out - MEAN) / STD, labels[index]

@@ -104,10 +104,6 @@ const MemberInfo* FindMember(const MembershipUpdate& m, uint64_t id) {
   return nullptr;
 }
 
-capnp::Data::Reader AsData(const std::string& bytes) {
-  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size());
-}
-
 // A job in --state-dir that this driver takes over: its journal, and the
 // controller's copy read back (empty when there was none or it is unusable).
 struct TakenOver {
@@ -216,8 +212,9 @@ class ControllerActor : public runtime::Actor {
   void Carry(const action::WriteCopy& write);
   void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);
-  // Writes rank 0's copy of `point` (copy_) to --state-dir; the next journal names it.
-  void StoreCopy(const StatePoint& point);
+  // Keeps the copy of `point` rank 0 sent (with a commit or a sync) as copy_
+  // and writes it to --state-dir; the next journal names it.
+  void KeepCopy(const capnp::Data::Reader& state, const StatePoint& point);
   // What a controller restarted in this one's place needs (--state-dir);
   // `exit_code` kNotFinished while the job goes on.
   static constexpr int kNotFinished = -1;
@@ -421,17 +418,15 @@ void ControllerActor::OnEpoch(const std::string& payload) {
 void ControllerActor::OnCommit(const std::string& payload) {
   MessageBytes bytes(payload, "commit report");
   const proto::CommitReport::Reader c = bytes.Get<proto::CommitReport>();
-  const capnp::Data::Reader state = c.getState();
-  const bool copy = state.size() > 0;
-  if (copy && c.getGeneration() == machine_.generation()) {
-    copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
-    StoreCopy(FromProto(c.getPoint()));
-  }
+  const bool copy = c.getState().size() > 0;
+  if (copy && c.getGeneration() == machine_.generation())
+    KeepCopy(c.getState(), FromProto(c.getPoint()));
   Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest(),
                      c.getMemberId()});
 }
 
-void ControllerActor::StoreCopy(const StatePoint& point) {
+void ControllerActor::KeepCopy(const capnp::Data::Reader& state, const StatePoint& point) {
+  copy_ = runtime::ToBytes(state);
   if (!copies_) return;
   try {
     stored_copy_ = copies_->Write(point, copy_);
@@ -455,11 +450,9 @@ void ControllerActor::StoreCopy(const StatePoint& point) {
 void ControllerActor::OnSynced(const std::string& payload) {
   MessageBytes bytes(payload, "synced");
   const proto::Synced::Reader s = bytes.Get<proto::Synced>();
-  const capnp::Data::Reader state = s.getState();
-  const bool copy = state.size() > 0 && s.getGeneration() == machine_.generation();
+  const bool copy = s.getState().size() > 0 && s.getGeneration() == machine_.generation();
   if (copy) {
-    copy_.assign(reinterpret_cast<const char*>(state.begin()), state.size());
-    StoreCopy(FromProto(s.getPoint()));
+    KeepCopy(s.getState(), FromProto(s.getPoint()));
     Say("driver: the controller's copy is now the state generation " +
         std::to_string(s.getGeneration()) + " restored from a worker (" +
         ToString(FromProto(s.getPoint())) + ")");
@@ -574,7 +567,7 @@ void ControllerActor::Carry(const action::StartGeneration& start) {
       ToProto(start.source.point, source.initPoint());
       // Only rank 0 loads the copy; the others get it from rank 0's broadcast.
       if (start.source.kind == SourceKind::kControllerCopy && rank == 0)
-        source.setState(AsData(copy_));
+        source.setState(runtime::AsData(copy_));
       g.setStop(start.stop);
       g.setReason(start.reason);
       g.setSendCopy(start.send_copy);

@@ -321,8 +321,9 @@ class Worker {
   bool said_copy_too_large_ = false;
   // What a CommitReport adds to the state it carries, with room to spare.
   static constexpr size_t kCopyFrameOverhead = size_t{64} << 10;
-  // Whether `state` fits in the frame of a CommitReport; says once when not.
-  bool CopyFits(const std::string& state);
+  // The commit sealed for the controller's copy; empty (said once) when one frame cannot
+  // carry it.
+  std::string SealedCopy();
   void ReportSynced(const GenerationOrder& order);
   double last_accuracy_ = 0;
   bool stopped_early_ = false;
@@ -661,14 +662,11 @@ bool Worker::CommitPoint(Communicator& comm, int rank, CommitAt at) {
     const bool copy = rank == 0 && elastic_.state_copy_every > 0 &&
                       (++commits_since_copy_ >= elastic_.state_copy_every || stop);
     if (copy) commits_since_copy_ = 0;
-    std::string state = copy ? commit_.Seal(env_.token) : std::string();
-    if (!CopyFits(state)) state.clear();
+    const std::string state = copy ? SealedCopy() : std::string();
     Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
       m.setGeneration(generation_);
       ToProto(Point(), m.initPoint());
-      if (!state.empty())
-        m.setState(
-            capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
+      if (!state.empty()) m.setState(runtime::AsData(state));
       m.setStoppedOnRequest(stop);
       m.setMemberId(member_id_);
     });
@@ -680,26 +678,22 @@ void Worker::ReportSynced(const GenerationOrder& order) {
   // The state came from a member and the controller's copy is older: without
   // this copy a controller restarted before the next one would train the
   // steps in between again.
-  std::string state;
-  if (order.send_copy && elastic_.state_copy_every > 0 && holds_commit_) {
-    state = commit_.Seal(env_.token);
-    if (!CopyFits(state)) state.clear();
-  }
+  const bool send = order.send_copy && elastic_.state_copy_every > 0 && holds_commit_;
+  const std::string state = send ? SealedCopy() : std::string();
   Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
     m.setGeneration(generation_);
     ToProto(Point(), m.initPoint());
     m.setChecksum(ParameterChecksum(learner_->parameters()));
-    if (!state.empty())
-      m.setState(
-          capnp::Data::Reader(reinterpret_cast<const kj::byte*>(state.data()), state.size()));
+    if (!state.empty()) m.setState(runtime::AsData(state));
   });
 }
 
-bool Worker::CopyFits(const std::string& state) {
+std::string Worker::SealedCopy() {
+  std::string state = commit_.Seal(env_.token);
   // One frame carries the copy, and the head refuses (and disconnects) a
   // frame over its limit: rank 0 would be taken for dead.
   const size_t limit = env_.transport.max_frame_bytes - kCopyFrameOverhead;
-  if (state.size() <= limit) return true;
+  if (state.size() <= limit) return state;
   if (!said_copy_too_large_) {
     said_copy_too_large_ = true;
     Log("warning: the job's state is %zu bytes, over the %zu one control-plane frame can take: "
@@ -707,7 +701,7 @@ bool Worker::CopyFits(const std::string& state) {
         "checkpoint (--checkpoint-dir)",
         state.size(), limit);
   }
-  return false;
+  return std::string();
 }
 
 EvalResult Worker::EvaluateShard(Communicator& comm, int rank, int world) {
