@@ -130,7 +130,7 @@ double MeasureOurs(const std::string& model, const std::shared_ptr<const Dataset
       loader.Start(sampler.Permutation(epoch), epoch);
       batch = loader.Next();
     }
-    learner.Step(batch->images, batch->labels, 1.0);
+    learner.Step(batch->inputs, batch->targets, 1.0);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -96,20 +96,16 @@ void ToChannelsLast(torch::nn::Module& model) {
 
 void SeedTorch(uint64_t seed) { torch::manual_seed(seed); }
 
-torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                           double label_smoothing) {
-  namespace F = torch::nn::functional;
-  return F::cross_entropy(logits.to(torch::kFloat), labels,
-                          F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
-}
-
 Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, torch::Device device)
     : model_(std::move(model)),
       options_(std::move(options)),
       device_(device),
       schedule_(options_.schedule),
-      stopper_(options_.patience) {
+      stopper_(options_.patience),
+      objective_(options_.objective) {
   if (!model_) throw std::invalid_argument("Learner: no model");
+  if (!objective_)
+    objective_ = std::make_shared<Classification>(options_.num_classes, options_.label_smoothing);
   model_->to(device_);
   if (options_.channels_last) ToChannelsLast(*model_);
   params_ = model_->parameters();
@@ -118,9 +114,9 @@ Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, tor
   if (options_.precision == Precision::kFloat16) scaler_ = std::make_unique<DynamicLossScaler>();
 }
 
-StepStats Learner::Step(const torch::Tensor& images, const torch::Tensor& labels,
+StepStats Learner::Step(const torch::Tensor& inputs, const torch::Tensor& targets,
                         double epochs_done, GradientHook* hook) {
-  return Step({MicroBatch{images, labels, 1.0}}, epochs_done, hook);
+  return Step({MicroBatch{inputs, targets, 1.0}}, epochs_done, hook);
 }
 
 StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epochs_done,
@@ -134,25 +130,25 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
 
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const MicroBatch& micro = micro_batches[i];
-    torch::Tensor x = micro.images.to(device_, /*non_blocking=*/true);
+    torch::Tensor x = micro.inputs.to(device_, /*non_blocking=*/true);
     // Nothing to do for a loader that builds channels-last batches.
-    if (options_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-    const torch::Tensor y = micro.labels.to(device_, /*non_blocking=*/true);
-    torch::Tensor logits;
+    if (options_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    const torch::Tensor y = micro.targets.to(device_, /*non_blocking=*/true);
+    torch::Tensor output;
     {
       AutocastScope autocast(device_, options_.precision);
-      logits = model_->forward(x);
+      output = model_->forward(x);
     }
-    const torch::Tensor loss = CrossEntropy(logits, y, options_.label_smoothing);
+    const torch::Tensor loss = objective_->Loss(output, y);
     torch::Tensor weighted = micro.weight == 1 ? loss : loss * micro.weight;
     if (hook != nullptr) hook->BeforeBackward(i + 1 == micro_batches.size());
     (scaler_ ? scaler_->Scale(weighted) : weighted).backward();
 
     torch::NoGradGuard no_grad;
-    const int64_t count = micro.images.size(0);
+    const int64_t count = micro.inputs.size(0);
     stats.count += count;
     stats.loss_sum += loss.item<double>() * static_cast<double>(count);
-    stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    stats.metric_sum += objective_->MetricSum(output, y);
   }
 
   if (hook != nullptr) hook->AfterBackward(params_);

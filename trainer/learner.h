@@ -20,6 +20,7 @@
 
 #include "models/net.h"
 #include "trainer/amp.h"
+#include "trainer/objective.h"
 #include "trainer/optimizer.h"
 #include "trainer/schedule.h"
 
@@ -27,11 +28,13 @@ namespace elastic::trainer {
 
 struct LearnerOptions {
   std::string model_name;  // recorded in the state; a restore into another model fails
-  int64_t num_classes = 10;
+  int64_t num_classes = 10;  // recorded in the state too (0 for a model that is no classifier)
+  // The loss and metric (objective.h); null: Classification(num_classes, label_smoothing).
+  std::shared_ptr<const Objective> objective;
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
   int64_t patience = 0;  // early stopping; 0: off
-  double label_smoothing = 0;
+  double label_smoothing = 0;  // of the default objective
   double clip_grad = 0;  // max global L2 norm; 0: off
   // Autocast's precision (precision.h); master weights, gradients and the
   // state stay float32.
@@ -66,14 +69,14 @@ class GradientHook {
 // counts `weight` times in the step's loss: with weights n_i / N for the N
 // samples of the step, the accumulated gradient is that of one batch of N.
 struct MicroBatch {
-  torch::Tensor images;
-  torch::Tensor labels;
+  torch::Tensor inputs;
+  torch::Tensor targets;
   double weight = 1;
 };
 
 struct StepStats {
-  double loss_sum = 0;  // summed over the batch (mean loss x batch size)
-  int64_t correct = 0;
+  double loss_sum = 0;    // summed over the batch (mean loss x batch size)
+  double metric_sum = 0;  // the objective's metric, summed over the batch
   int64_t count = 0;
   double lr = 0;
   bool skipped = false;  // the loss scaler found inf/NaN gradients; no update was made
@@ -90,9 +93,9 @@ class Learner {
 
   // One optimizer step on a batch: learning rate from the schedule at
   // `epochs_done` (the fractional epoch this step ends at), forward (under
-  // autocast to the precision), label-smoothed cross-entropy, backward, `hook`,
+  // autocast to the precision), the objective's loss, backward, `hook`,
   // loss-scale check, gradient clipping, optimizer step.
-  StepStats Step(const torch::Tensor& images, const torch::Tensor& labels, double epochs_done,
+  StepStats Step(const torch::Tensor& inputs, const torch::Tensor& targets, double epochs_done,
                  GradientHook* hook = nullptr);
   // The same with gradients accumulated over micro-batches (at least one):
   // forward and backward of each in turn, then `hook`, then one optimizer step.
@@ -126,6 +129,7 @@ class Learner {
   const LearnerOptions& options() const { return options_; }
   const torch::Device& device() const { return device_; }
   const LrSchedule& schedule() const { return schedule_; }
+  const Objective& objective() const { return *objective_; }
 
  private:
   std::shared_ptr<models::Net> model_;
@@ -136,14 +140,11 @@ class Learner {
   LrSchedule schedule_;
   EarlyStopping stopper_;
   std::unique_ptr<DynamicLossScaler> scaler_;  // only for fp16
+  std::shared_ptr<const Objective> objective_;
   TrainingProgress progress_;
 };
 
 // Seeds LibTorch's default generators (weight initialisation, dropout).
 void SeedTorch(uint64_t seed);
-
-// Label-smoothed cross-entropy, mean over the batch, computed in float32.
-torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                           double label_smoothing);
 
 }  // namespace elastic::trainer

@@ -208,11 +208,11 @@ struct FixedBatches {
   FixedBatches() {
     torch::manual_seed(123);
     for (int i = 0; i < 6; ++i) {
-      images.push_back(torch::randn({8, 3, 32, 32}));
-      labels.push_back(torch::randint(0, 10, {8}, torch::kLong));
+      inputs.push_back(torch::randn({8, 3, 32, 32}));
+      targets.push_back(torch::randint(0, 10, {8}, torch::kLong));
     }
   }
-  std::vector<torch::Tensor> images, labels;
+  std::vector<torch::Tensor> inputs, targets;
 };
 
 void ExpectSameWeights(Learner& a, Learner& b) {
@@ -227,9 +227,9 @@ void ExpectSameWeights(Learner& a, Learner& b) {
 TEST(LearnerTest, RepeatedStepsOnOneBatchLowerItsLoss) {
   FixedBatches data;
   auto learner = MakeLearner(1);
-  const double first = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  const double first = learner->Step(data.inputs[0], data.targets[0], 1.0).loss_sum;
   double last = first;
-  for (int i = 0; i < 15; ++i) last = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  for (int i = 0; i < 15; ++i) last = learner->Step(data.inputs[0], data.targets[0], 1.0).loss_sum;
   EXPECT_LT(last, first * 0.5);
 }
 
@@ -238,9 +238,9 @@ TEST(LearnerTest, Bf16OnCpuTrainsWithFloat32Weights) {
   LearnerOptions o = SmallOptions();
   o.precision = Precision::kBFloat16;
   auto learner = MakeLearner(1, o);
-  const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
+  const StepStats first = learner->Step(data.inputs[0], data.targets[0], 1.0);
   double last = first.loss_sum;
-  for (int i = 0; i < 15; ++i) last = learner->Step(data.images[0], data.labels[0], 1.0).loss_sum;
+  for (int i = 0; i < 15; ++i) last = learner->Step(data.inputs[0], data.targets[0], 1.0).loss_sum;
   EXPECT_FALSE(first.skipped);
   EXPECT_LT(last, first.loss_sum * 0.6);
   for (const auto& p : learner->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
@@ -273,8 +273,8 @@ TEST(LearnerTest, ChannelsLastTrainsLikeContiguousAndItsStateRestoresEitherWay) 
   // Same seed, same data: the same model, whatever its memory layout.
   EXPECT_TRUE(SameParameters(*contiguous, *channels_last));
   for (int i = 0; i < 5; ++i) {
-    const StepStats a = contiguous->Step(data.images[0], data.labels[0], 1.0);
-    const StepStats b = channels_last->Step(data.images[0], data.labels[0], 1.0);
+    const StepStats a = contiguous->Step(data.inputs[0], data.targets[0], 1.0);
+    const StepStats b = channels_last->Step(data.inputs[0], data.targets[0], 1.0);
     // Other convolution kernels sum in another order: close, not bit-equal.
     EXPECT_NEAR(a.loss_sum / a.count, b.loss_sum / b.count, 1e-3) << "step " << i;
   }
@@ -327,11 +327,11 @@ TEST(LearnerTest, Fp16OnCudaTrainsWithLossScaling) {
   LearnerOptions o = SmallOptions();
   o.precision = Precision::kFloat16;
   auto learner = MakeLearner(1, o, "resnet8", torch::Device(torch::kCUDA, 0));
-  const StepStats first = learner->Step(data.images[0], data.labels[0], 1.0);
+  const StepStats first = learner->Step(data.inputs[0], data.targets[0], 1.0);
   double last = first.loss_sum;
   int skipped = first.skipped ? 1 : 0;
   for (int i = 0; i < 15; ++i) {
-    const StepStats stats = learner->Step(data.images[0], data.labels[0], 1.0);
+    const StepStats stats = learner->Step(data.inputs[0], data.targets[0], 1.0);
     last = stats.loss_sum;
     skipped += stats.skipped ? 1 : 0;
   }
@@ -348,7 +348,7 @@ TEST(LearnerTest, StateCapturedOnTheGpuRestoresOnTheCpuAndBack) {
   FixedBatches data;
   LearnerOptions o = SmallOptions();  // SGD with momentum: optimizer state on the device
   auto gpu = MakeLearner(1, o, "resnet8", torch::Device(torch::kCUDA, 0));
-  for (int i = 0; i < 3; ++i) gpu->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+  for (int i = 0; i < 3; ++i) gpu->Step(data.inputs[i], data.targets[i], 0.1 * (i + 1));
   auto cpu = MakeLearner(99, o);
   cpu->RestoreState(gpu->CaptureState());
   auto params = cpu->model().named_parameters();
@@ -357,8 +357,8 @@ TEST(LearnerTest, StateCapturedOnTheGpuRestoresOnTheCpuAndBack) {
   }
   auto back = MakeLearner(5, o, "resnet8", torch::Device(torch::kCUDA, 0));
   back->RestoreState(cpu->CaptureState());
-  const double a = gpu->Step(data.images[3], data.labels[3], 0.4).loss_sum;
-  const double b = back->Step(data.images[3], data.labels[3], 0.4).loss_sum;
+  const double a = gpu->Step(data.inputs[3], data.targets[3], 0.4).loss_sum;
+  const double b = back->Step(data.inputs[3], data.targets[3], 0.4).loss_sum;
   EXPECT_NEAR(a, b, 1e-3 * std::abs(a));
 }
 
@@ -390,7 +390,7 @@ TEST(LearnerTest, HookSeesGradientsAndClippingBoundsTheUpdate) {
   std::vector<torch::Tensor> before;
   for (const auto& p : learner->parameters()) before.push_back(p.detach().clone());
   RecordingHook hook;
-  const StepStats stats = learner->Step(data.images[0], data.labels[0], 0.5, &hook);
+  const StepStats stats = learner->Step(data.inputs[0], data.targets[0], 0.5, &hook);
   EXPECT_EQ(hook.calls, 1);
   EXPECT_GT(hook.norm, 1e-2);  // unclipped gradients are far larger than the clip
   EXPECT_DOUBLE_EQ(stats.lr, 1.0);
@@ -427,13 +427,13 @@ TEST(LearnerTest, WeightedMicroBatchesMatchOneBatch) {
   Learner split(std::make_shared<Mlp>(), o, torch::kCPU);
   OrderHook order;
   for (int i = 0; i < 3; ++i) {
-    const StepStats a = whole.Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+    const StepStats a = whole.Step(data.inputs[i], data.targets[i], 0.1 * (i + 1));
     const std::vector<MicroBatch> micro = {
-        {data.images[i].narrow(0, 0, 3), data.labels[i].narrow(0, 0, 3), 3.0 / 8},
-        {data.images[i].narrow(0, 3, 5), data.labels[i].narrow(0, 3, 5), 5.0 / 8}};
+        {data.inputs[i].narrow(0, 0, 3), data.targets[i].narrow(0, 0, 3), 3.0 / 8},
+        {data.inputs[i].narrow(0, 3, 5), data.targets[i].narrow(0, 3, 5), 5.0 / 8}};
     const StepStats b = split.Step(micro, 0.1 * (i + 1), i == 0 ? &order : nullptr);
     EXPECT_EQ(b.count, 8);
-    EXPECT_EQ(b.correct, a.correct);
+    EXPECT_EQ(b.metric_sum, a.metric_sum);
     EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-4);
   }
   EXPECT_EQ(order.calls, "bLA");
@@ -447,8 +447,8 @@ TEST(LearnerTest, WeightedMicroBatchesMatchOneBatch) {
 TEST(LearnerTest, WarmupSetsTheStepLearningRate) {
   FixedBatches data;
   auto learner = MakeLearner(1);
-  EXPECT_NEAR(learner->Step(data.images[0], data.labels[0], 0.25).lr, 0.025, 1e-12);
-  EXPECT_NEAR(learner->Step(data.images[0], data.labels[0], 0.5).lr, 0.05, 1e-12);
+  EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.25).lr, 0.025, 1e-12);
+  EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.5).lr, 0.05, 1e-12);
 }
 
 TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
@@ -457,7 +457,7 @@ TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
   o.optimizer.lookahead = true;
   o.optimizer.lookahead_k = 2;
   auto a = MakeLearner(1, o);
-  for (int i = 0; i < 3; ++i) a->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+  for (int i = 0; i < 3; ++i) a->Step(data.inputs[i], data.targets[i], 0.1 * (i + 1));
   a->progress() = {1, 24, 3};
   const std::string state = a->CaptureState();
   // The RNG state is part of it: draws after the restore repeat.
@@ -473,8 +473,8 @@ TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
   EXPECT_EQ(b->seed(), 7u);
   ExpectSameWeights(*a, *b);
   for (int i = 3; i < 6; ++i) {
-    a->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
-    b->Step(data.images[i], data.labels[i], 0.1 * (i + 1));
+    a->Step(data.inputs[i], data.targets[i], 0.1 * (i + 1));
+    b->Step(data.inputs[i], data.targets[i], 0.1 * (i + 1));
   }
   ExpectSameWeights(*a, *b);
   EXPECT_EQ(a->CaptureState().size(), b->CaptureState().size());
@@ -490,7 +490,7 @@ TEST(LearnerTest, TheStateOfATrainedLearnerFitsAFreshOnesSizeLimit) {
   o.optimizer.lookahead = true;
   o.optimizer.lookahead_k = 2;
   auto trained = MakeLearner(1, o);
-  for (int i = 0; i < 3; ++i) trained->Step(data.images[i], data.labels[i], 0.1);
+  for (int i = 0; i < 3; ++i) trained->Step(data.inputs[i], data.targets[i], 0.1);
   auto fresh = MakeLearner(2, o);
   const size_t fresh_bytes = fresh->CaptureState().size();
   const size_t trained_bytes = trained->CaptureState().size();

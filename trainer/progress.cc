@@ -1,11 +1,28 @@
 #include "trainer/progress.h"
 
+#include <string>
+#include <utility>
+
 #include <unistd.h>
 
 namespace elastic::trainer {
 
-ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every)
-    : out_(out), live_(live), log_every_(log_every < 1 ? 1 : log_every) {}
+std::string MetricLabel::Format(double value) const {
+  char text[64];
+  if (percent) {
+    std::snprintf(text, sizeof(text), "%s %.2f%%", name.c_str(), 100 * value);
+  } else {
+    std::snprintf(text, sizeof(text), "%s %.4g", name.c_str(), value);
+  }
+  return text;
+}
+
+ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every,
+                                   MetricLabel metric)
+    : out_(out),
+      live_(live),
+      log_every_(log_every < 1 ? 1 : log_every),
+      metric_(std::move(metric)) {}
 
 bool ProgressReporter::IsTerminal(std::FILE* out) { return ::isatty(::fileno(out)) == 1; }
 
@@ -33,9 +50,12 @@ void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t 
                                        : 0;
   // The elastic driver learns loss and accuracy at commit points: before the
   // epoch's first one there is nothing to show yet, which is not a zero.
-  char measured[96] = "loss - acc - lr";
+  char measured[128];
   if (images_in_epoch > 0) {
-    std::snprintf(measured, sizeof(measured), "loss %.4f acc %.2f%% lr", mean_loss, 100 * accuracy);
+    std::snprintf(measured, sizeof(measured), "loss %.4f %s lr", mean_loss,
+                  metric_.Format(accuracy).c_str());
+  } else {
+    std::snprintf(measured, sizeof(measured), "loss - %s - lr", metric_.name.c_str());
   }
   std::fprintf(
       out_, "%sepoch %lld/%lld step %lld/%lld (global %lld) %s %.4g %.0f img/s ETA %.0fs%s",
@@ -54,11 +74,12 @@ void ProgressReporter::ClearLiveLine() {
 void ProgressReporter::EndEpoch(const EpochSummary& s) {
   ClearLiveLine();
   std::fprintf(out_,
-               "epoch %lld/%lld train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | "
+               "epoch %lld/%lld train loss %.4f %s | test loss %.4f %s | "
                "%.0f img/s %.1fs lr %.4g%s%s\n",
                static_cast<long long>(s.epoch), static_cast<long long>(s.epochs), s.train_loss,
-               100 * s.train_accuracy, s.test_loss, 100 * s.test_accuracy, s.images_per_second,
-               s.seconds, s.lr, s.arithmetic.empty() ? "" : " | ", s.arithmetic.c_str());
+               metric_.Format(s.train_accuracy).c_str(), s.test_loss,
+               metric_.Format(s.test_accuracy).c_str(), s.images_per_second, s.seconds, s.lr,
+               s.arithmetic.empty() ? "" : " | ", s.arithmetic.c_str());
   std::fflush(out_);
 }
 

@@ -11,9 +11,11 @@
 
 namespace elastic::trainer {
 
+// "accuracy" below is the task's metric (objective.h): accuracy for a classifier.
 struct EpochSummary {
   int64_t epoch = 0;  // 1-based for people
   int64_t epochs = 0;
+  int world = 1;
   double train_loss = 0;
   double train_accuracy = 0;
   double test_loss = 0;
@@ -24,10 +26,17 @@ struct EpochSummary {
   std::string arithmetic;  // e.g. "bf16, channels-last" (trainer.h, Arithmetic)
 };
 
+// How the task's metric is printed: "acc 91.20%" or "mae 0.0312".
+struct MetricLabel {
+  std::string name = "acc";
+  bool percent = true;  // a fraction shown as a percentage
+  std::string Format(double value) const;
+};
+
 class ProgressReporter {
  public:
   // live: redraw one line with '\r' (use IsTerminal(out)).
-  ProgressReporter(std::FILE* out, bool live, int64_t log_every);
+  ProgressReporter(std::FILE* out, bool live, int64_t log_every, MetricLabel metric = {});
 
   static bool IsTerminal(std::FILE* out);
 
@@ -51,6 +60,7 @@ class ProgressReporter {
   int64_t epochs_ = 0;
   int64_t steps_in_epoch_ = 0;
   bool line_open_ = false;
+  MetricLabel metric_;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -13,17 +13,52 @@ struct Loader::Pass {
   int64_t num_batches = 0;
 };
 
-Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
-    : dataset_(std::move(dataset)), options_(options) {
-  if (!dataset_) throw std::invalid_argument("Loader: no data set");
-  if (options_.batch_size < 1) throw std::invalid_argument("Loader: batch_size must be >= 1");
-  if (options_.threads < 1) throw std::invalid_argument("Loader: threads must be >= 1");
-  if (options_.prefetch < 1) throw std::invalid_argument("Loader: prefetch must be >= 1");
+ImageExamples::ImageExamples(std::shared_ptr<const Dataset> dataset)
+    : dataset_(std::move(dataset)) {
+  if (!dataset_) throw std::invalid_argument("ImageExamples: no data set");
   const torch::Tensor& images = dataset_->images();
   if (images.scalar_type() != torch::kUInt8 || images.dim() != 4 || images.size(1) != 3 ||
       images.size(2) != 32 || images.size(3) != 32 || !images.is_contiguous()) {
     throw std::invalid_argument("Loader: data set images must be contiguous uint8 [N, 3, 32, 32]");
   }
+}
+
+Batch ImageExamples::Get(const std::vector<int64_t>& indices, const BatchRequest& request) const {
+  const auto b = static_cast<int64_t>(indices.size());
+  constexpr int64_t kImageBytes = 3 * 32 * 32;
+  Batch batch;
+  batch.indices = indices;
+  batch.inputs = torch::empty(
+      {b, 3, 32, 32}, torch::TensorOptions(torch::kFloat32)
+                          .memory_format(request.channels_last ? torch::MemoryFormat::ChannelsLast
+                                                               : torch::MemoryFormat::Contiguous));
+  batch.targets = torch::empty({b}, torch::kInt64);
+  const uint8_t* images = dataset_->images().data_ptr<uint8_t>();
+  const int64_t* labels = dataset_->labels().data_ptr<int64_t>();
+  float* out = batch.inputs.data_ptr<float>();
+  int64_t* out_labels = batch.targets.data_ptr<int64_t>();
+  const Normalization norm = dataset_->normalization();
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t sample = indices[i];
+    const Augmentation aug = request.augment
+                                 ? AugmentationFor(request.seed, request.epoch, sample)
+                                 : kNoAugmentation;
+    AugmentAndNormalize(images + sample * kImageBytes, aug, norm, out + i * kImageBytes,
+                        request.channels_last);
+    out_labels[i] = labels[sample];
+  }
+  return batch;
+}
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : Loader(std::make_shared<ImageExamples>(std::move(dataset)), options) {}
+
+Loader::Loader(std::shared_ptr<const Examples> examples, LoaderOptions options)
+    : examples_(std::move(examples)), options_(options) {
+  if (!examples_) throw std::invalid_argument("Loader: no data set");
+  if (options_.batch_size < 1) throw std::invalid_argument("Loader: batch_size must be >= 1");
+  if (options_.threads < 1) throw std::invalid_argument("Loader: threads must be >= 1");
+  if (options_.prefetch < 1) throw std::invalid_argument("Loader: prefetch must be >= 1");
   threads_.reserve(options_.threads);
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
 }
@@ -38,12 +73,12 @@ Loader::~Loader() {
 }
 
 void Loader::Start(std::vector<int64_t> indices, uint64_t epoch) {
-  const int64_t n = dataset_->size();
+  const int64_t n = examples_->size();
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= n) {
       throw std::out_of_range("Loader::Start: index " + std::to_string(indices[i]) +
                               " at position " + std::to_string(i) + " is outside the data set " +
-                              dataset_->name() + " of " + std::to_string(n) + " samples");
+                              examples_->name() + " of " + std::to_string(n) + " samples");
     }
   }
   auto pass = std::make_shared<Pass>();
@@ -122,31 +157,13 @@ Batch Loader::BuildBatch(const Pass& pass, int64_t batch_index) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t end =
       std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(pass.indices.size()));
-  const int64_t b = end - begin;
-  constexpr int64_t kImageBytes = 3 * 32 * 32;
-
-  Batch batch;
-  batch.indices.assign(pass.indices.begin() + begin, pass.indices.begin() + end);
-  batch.images = torch::empty(
-      {b, 3, 32, 32}, torch::TensorOptions(torch::kFloat32)
-                          .memory_format(options_.channels_last ? torch::MemoryFormat::ChannelsLast
-                                                                : torch::MemoryFormat::Contiguous));
-  batch.labels = torch::empty({b}, torch::kInt64);
-
-  const uint8_t* images = dataset_->images().data_ptr<uint8_t>();
-  const int64_t* labels = dataset_->labels().data_ptr<int64_t>();
-  float* out = batch.images.data_ptr<float>();
-  int64_t* out_labels = batch.labels.data_ptr<int64_t>();
-  const Normalization norm = dataset_->normalization();
-  for (int64_t i = 0; i < b; ++i) {
-    const int64_t sample = batch.indices[i];
-    const Augmentation aug =
-        options_.augment ? AugmentationFor(options_.seed, pass.epoch, sample) : kNoAugmentation;
-    AugmentAndNormalize(images + sample * kImageBytes, aug, norm, out + i * kImageBytes,
-                        options_.channels_last);
-    out_labels[i] = labels[sample];
-  }
-  return batch;
+  BatchRequest request;
+  request.epoch = pass.epoch;
+  request.augment = options_.augment;
+  request.seed = options_.seed;
+  request.channels_last = options_.channels_last;
+  return examples_->Get(
+      std::vector<int64_t>(pass.indices.begin() + begin, pass.indices.begin() + end), request);
 }
 
 }  // namespace elastic::trainer

@@ -1,11 +1,11 @@
 // The input pipeline: loader threads cut a pass over a list of sample indices
-// into batches, augment (random crop with 4-pixel zero padding, horizontal
-// flip) and normalise them, and keep up to `prefetch` batches ready so the
+// into batches, have the Examples build them (examples.h; for images:
+// augment and normalise), and keep up to `prefetch` batches ready so the
 // training step never waits for data.
 //
-// Determinism: the augmentation of sample i in epoch e is a function of
-// (seed, e, i) only, and batches are handed out in order, so the output is
-// identical whatever the number of threads or their timing.
+// Determinism: a batch is a function of (seed, epoch, its indices) only, and
+// batches are handed out in order, so the output is identical whatever the
+// number of threads or their timing.
 #pragma once
 
 #include <torch/types.h>
@@ -21,13 +21,23 @@
 #include <vector>
 
 #include "trainer/data/dataset.h"
+#include "trainer/data/examples.h"
 
 namespace elastic::trainer {
 
-struct Batch {
-  torch::Tensor images;          // float [B, 3, 32, 32], normalised
-  torch::Tensor labels;          // int64 [B]
-  std::vector<int64_t> indices;  // the dataset indices of the B samples, in order
+// An image data set (dataset.h) as Examples: inputs float [B, 3, 32, 32],
+// normalised (random crop with 4-pixel zero padding and horizontal flip when
+// augmenting), targets its int64 labels.
+class ImageExamples : public Examples {
+ public:
+  // Throws std::invalid_argument unless the images are contiguous uint8 [N, 3, 32, 32].
+  explicit ImageExamples(std::shared_ptr<const Dataset> dataset);
+  std::string name() const override { return dataset_->name(); }
+  int64_t size() const override { return dataset_->size(); }
+  Batch Get(const std::vector<int64_t>& indices, const BatchRequest& request) const override;
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
 };
 
 struct LoaderOptions {
@@ -45,6 +55,8 @@ struct LoaderOptions {
 class Loader {
  public:
   // Throws std::invalid_argument for batch_size, threads or prefetch < 1.
+  Loader(std::shared_ptr<const Examples> examples, LoaderOptions options);
+  // An image data set through ImageExamples.
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
   ~Loader();  // joins the threads
   Loader(const Loader&) = delete;
@@ -67,7 +79,7 @@ class Loader {
   void WorkerLoop();
   Batch BuildBatch(const Pass& pass, int64_t batch_index) const;
 
-  const std::shared_ptr<const Dataset> dataset_;
+  const std::shared_ptr<const Examples> examples_;
   const LoaderOptions options_;
 
   mutable std::mutex mu_;

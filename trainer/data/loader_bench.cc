@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     while (images < min_images) {
       loader.Start(indices, epoch++);
-      while (auto batch = loader.Next()) images += batch->labels.size(0);
+      while (auto batch = loader.Next()) images += batch->targets.size(0);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -85,19 +85,19 @@ TEST(Loader, CutsBatchesInOrder) {
   EXPECT_FALSE(loader.Next().has_value());  // still the end
   int64_t pos = 0;
   for (const Batch& b : batches) {
-    EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{b.labels.size(0), 3, 32, 32}));
-    EXPECT_EQ(b.images.scalar_type(), torch::kFloat32);
-    for (int64_t i = 0; i < b.labels.size(0); ++i, ++pos) {
+    EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{b.targets.size(0), 3, 32, 32}));
+    EXPECT_EQ(b.inputs.scalar_type(), torch::kFloat32);
+    for (int64_t i = 0; i < b.targets.size(0); ++i, ++pos) {
       ASSERT_EQ(b.indices[i], order[pos]);
-      EXPECT_EQ(b.labels[i].item<int64_t>(), order[pos] % 10);
+      EXPECT_EQ(b.targets[i].item<int64_t>(), order[pos] % 10);
     }
     // Without augmentation a batch is exactly the normalised images.
     const torch::Tensor index = torch::tensor(b.indices, torch::kInt64);
     EXPECT_TRUE(
-        torch::allclose(b.images, Normalized(ds->images().index_select(0, index)), 1e-5, 1e-5));
+        torch::allclose(b.inputs, Normalized(ds->images().index_select(0, index)), 1e-5, 1e-5));
   }
   EXPECT_EQ(pos, 100);
-  EXPECT_EQ(batches.back().labels.size(0), 4);
+  EXPECT_EQ(batches.back().targets.size(0), 4);
 
   Loader dropping(ds, {.batch_size = 32, .threads = 1, .drop_last = true});
   dropping.Start(Iota(100), 0);
@@ -111,12 +111,12 @@ TEST(Loader, AugmentationMatchesThePytorchCifarPipeline) {
   std::set<std::pair<int, int>> offsets;
   int flips = 0;
   for (const Batch& b : Drain(loader)) {
-    for (int64_t i = 0; i < b.labels.size(0); ++i) {
+    for (int64_t i = 0; i < b.targets.size(0); ++i) {
       const Augmentation aug = AugmentationFor(42, 3, b.indices[i]);
       offsets.insert({aug.dy, aug.dx});
       flips += aug.flip;
       ASSERT_TRUE(
-          torch::allclose(b.images[i], Reference(ds->images()[b.indices[i]], aug), 1e-5, 1e-5))
+          torch::allclose(b.inputs[i], Reference(ds->images()[b.indices[i]], aug), 1e-5, 1e-5))
           << "sample " << b.indices[i];
     }
   }
@@ -190,13 +190,13 @@ TEST(Loader, SameBatchesWhateverTheThreadCount) {
   int differs = 0;
   for (size_t i = 0; i < one.size(); ++i) {
     EXPECT_EQ(one[i].indices, three[i].indices);
-    EXPECT_TRUE(one[i].images.equal(three[i].images)) << "batch " << i;
-    EXPECT_TRUE(one[i].labels.equal(three[i].labels)) << "batch " << i;
-    differs += !one[i].images.equal(other_seed[i].images);
+    EXPECT_TRUE(one[i].inputs.equal(three[i].inputs)) << "batch " << i;
+    EXPECT_TRUE(one[i].targets.equal(three[i].targets)) << "batch " << i;
+    differs += !one[i].inputs.equal(other_seed[i].inputs);
   }
   EXPECT_EQ(differs, 24);  // another seed augments every batch differently
   // The two epochs of one run differ too (same order, new augmentation).
-  EXPECT_FALSE(one[0].images.equal(one[12].images));
+  EXPECT_FALSE(one[0].inputs.equal(one[12].inputs));
 }
 
 TEST(Loader, ChannelsLastBatchesHoldTheSameValuesInNhwcMemory) {
@@ -210,16 +210,16 @@ TEST(Loader, ChannelsLastBatchesHoldTheSameValuesInNhwcMemory) {
   ASSERT_EQ(nchw.size(), 4u);
   ASSERT_EQ(nhwc.size(), nchw.size());
   for (size_t i = 0; i < nchw.size(); ++i) {
-    EXPECT_TRUE(nchw[i].images.is_contiguous());
-    EXPECT_TRUE(nhwc[i].images.is_contiguous(torch::MemoryFormat::ChannelsLast)) << "batch " << i;
-    EXPECT_FALSE(nhwc[i].images.is_contiguous()) << "batch " << i;
-    EXPECT_TRUE(nchw[i].images.equal(nhwc[i].images)) << "batch " << i;  // same augmentation
+    EXPECT_TRUE(nchw[i].inputs.is_contiguous());
+    EXPECT_TRUE(nhwc[i].inputs.is_contiguous(torch::MemoryFormat::ChannelsLast)) << "batch " << i;
+    EXPECT_FALSE(nhwc[i].inputs.is_contiguous()) << "batch " << i;
+    EXPECT_TRUE(nchw[i].inputs.equal(nhwc[i].inputs)) << "batch " << i;  // same augmentation
     EXPECT_EQ(nchw[i].indices, nhwc[i].indices);
   }
   // Memory order: channels are innermost, so (n, c=1, y=0, x=0) follows (n, c=0, y=0, x=0).
-  const float* raw = nhwc[0].images.data_ptr<float>();
-  EXPECT_EQ(raw[1], nhwc[0].images[0][1][0][0].item<float>());
-  EXPECT_EQ(raw[3], nhwc[0].images[0][0][0][1].item<float>());
+  const float* raw = nhwc[0].inputs.data_ptr<float>();
+  EXPECT_EQ(raw[1], nhwc[0].inputs[0][1][0][0].item<float>());
+  EXPECT_EQ(raw[3], nhwc[0].inputs[0][0][0][1].item<float>());
 }
 
 TEST(Loader, PrefetchIsBounded) {
@@ -257,7 +257,7 @@ TEST(Loader, RestartAbandonsThePassAndBadInputIsRejected) {
   EXPECT_EQ(batches[1].indices, std::vector<int64_t>{11});
   Loader fresh(ds, {.batch_size = 8, .threads = 1, .seed = 1});
   fresh.Start(tail, 4);
-  EXPECT_TRUE(fresh.Next()->images.equal(batches[0].images));
+  EXPECT_TRUE(fresh.Next()->inputs.equal(batches[0].inputs));
 
   EXPECT_THROW(loader.Start({0, 50}, 0), std::out_of_range);
   EXPECT_THROW(loader.Start({-1}, 0), std::out_of_range);
@@ -282,10 +282,10 @@ TEST(Loader, RealCifar10Subset) {
   torch::Tensor sum_sq = torch::zeros({3}, torch::kFloat64);
   int64_t pixels = 0;
   for (const Batch& b : Drain(loader)) {
-    const torch::Tensor x = b.images.to(torch::kFloat64);
+    const torch::Tensor x = b.inputs.to(torch::kFloat64);
     sum += x.sum({0, 2, 3});
     sum_sq += x.pow(2).sum({0, 2, 3});
-    pixels += b.images.size(0) * 32 * 32;
+    pixels += b.inputs.size(0) * 32 * 32;
   }
   EXPECT_EQ(pixels, 1017 * 32 * 32);
   // Normalised with the CIFAR-10 constants, the test images have mean ~0 and std ~1.

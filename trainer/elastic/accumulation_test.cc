@@ -58,10 +58,10 @@ std::unique_ptr<Learner> MakeLearner() {
 struct Data {
   Data() {
     torch::manual_seed(42);
-    images = torch::randn({kSamples, 3, 32, 32});
-    labels = torch::randint(0, 10, {kSamples}, torch::kLong);
+    inputs = torch::randn({kSamples, 3, 32, 32});
+    targets = torch::randint(0, 10, {kSamples}, torch::kLong);
   }
-  torch::Tensor images, labels;
+  torch::Tensor inputs, targets;
 };
 
 torch::Tensor Select(const torch::Tensor& t, const std::vector<int64_t>& indices) {
@@ -91,7 +91,7 @@ std::vector<torch::Tensor> ReferenceParameters() {
   ForEachStep([&](const ElasticSampler& sampler, const std::vector<int64_t>& perm, int64_t position,
                   int64_t) {
     const std::vector<int64_t> all = sampler.StepIndices(perm, position, 0, 1, kGlobalBatch);
-    learner->Step(Select(data.images, all), Select(data.labels, all), 0);
+    learner->Step(Select(data.inputs, all), Select(data.targets, all), 0);
   });
   std::vector<torch::Tensor> params;
   for (const auto& p : learner->parameters()) params.push_back(p.detach().clone());
@@ -114,7 +114,7 @@ int RunRank(const Args& args) {
     const std::vector<int64_t> mine =
         sampler.StepIndices(perm, position, rank, world, kGlobalBatch);
     const std::vector<MicroBatch> micro = SplitIntoMicroBatches(
-        Select(data.images, mine), Select(data.labels, mine), kMicroBatch, step_samples);
+        Select(data.inputs, mine), Select(data.targets, mine), kMicroBatch, step_samples);
     micro_batches += static_cast<int64_t>(micro.size());
     learner->Step(micro, 0, &hook);
   });
@@ -172,10 +172,10 @@ TEST(AccumulationTest, SplitIntoMicroBatchesWeighsBySamples) {
   const torch::Tensor labels = torch::arange(7);
   const std::vector<MicroBatch> micro = SplitIntoMicroBatches(images, labels, 3, 20);
   ASSERT_EQ(micro.size(), 3u);  // 7 at most 3 at a time: 3, 2, 2
-  EXPECT_EQ(micro[0].images.size(0), 3);
-  EXPECT_EQ(micro[1].images.size(0), 2);
-  EXPECT_EQ(micro[2].labels.size(0), 2);
-  EXPECT_EQ(micro[2].labels[1].item<int64_t>(), 6);  // in order, nothing lost
+  EXPECT_EQ(micro[0].inputs.size(0), 3);
+  EXPECT_EQ(micro[1].inputs.size(0), 2);
+  EXPECT_EQ(micro[2].targets.size(0), 2);
+  EXPECT_EQ(micro[2].targets[1].item<int64_t>(), 6);  // in order, nothing lost
   EXPECT_DOUBLE_EQ(micro[0].weight, 3.0 / 20);
   EXPECT_DOUBLE_EQ(micro[1].weight, 2.0 / 20);
   EXPECT_EQ(SplitIntoMicroBatches(images, labels, 8, 7).size(), 1u);

@@ -19,7 +19,7 @@ std::string Mac(const std::string& token, std::string_view body) {
 
 std::string Commit::Seal(const std::string& token) const {
   std::string body(kCommitHeaderBytes, '\0');
-  const double header[4] = {loss_sum, correct, seen, train_seconds};
+  const double header[4] = {loss_sum, metric_sum, seen, train_seconds};
   std::memcpy(body.data(), header, sizeof(header));
   body += learner;
   return Mac(token, body) + body;
@@ -40,7 +40,7 @@ Commit Commit::Open(const std::string& token, std::string_view sealed, const std
   double header[4];
   std::memcpy(header, body.data(), sizeof(header));
   c.loss_sum = header[0];
-  c.correct = header[1];
+  c.metric_sum = header[1];
   c.seen = header[2];
   c.train_seconds = header[3];
   c.learner = std::string(body.substr(kCommitHeaderBytes));

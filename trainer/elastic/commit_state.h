@@ -3,7 +3,7 @@
 // controller keeps (CommitReport.state, Generation's source state).
 //
 // Sealed bytes are HMAC-SHA256 under the cluster token (32 bytes), then four
-// doubles (loss sum, correct, seen, training seconds since the epoch began),
+// doubles (loss sum, metric sum, seen, training seconds since the epoch began),
 // then the learner's state, which is what a checkpoint file holds. The MAC is
 // checked before anything is decoded: LibTorch's archive reader crashes on
 // some malformed input (state_fuzz_test found it), so only bytes sealed by a
@@ -28,7 +28,7 @@ inline constexpr size_t kCommitHeaderBytes = 4 * sizeof(double);
 
 struct Commit {
   double loss_sum = 0;
-  double correct = 0;
+  double metric_sum = 0;  // the objective's metric (accuracy: samples right), summed
   double seen = 0;
   double train_seconds = 0;
   std::string learner;  // Learner::CaptureState

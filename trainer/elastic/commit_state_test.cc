@@ -10,7 +10,7 @@ namespace {
 Commit Example() {
   Commit commit;
   commit.loss_sum = 12.5;
-  commit.correct = 40;
+  commit.metric_sum = 40;
   commit.seen = 64;
   commit.train_seconds = 1.25;
   commit.learner = std::string("learner state\0with a zero", 25);
@@ -20,7 +20,7 @@ Commit Example() {
 TEST(CommitStateTest, SealedStateOpensUnderTheSameToken) {
   const Commit opened = Commit::Open("token-a", Example().Seal("token-a"), "rank 0");
   EXPECT_EQ(opened.loss_sum, 12.5);
-  EXPECT_EQ(opened.correct, 40);
+  EXPECT_EQ(opened.metric_sum, 40);
   EXPECT_EQ(opened.seen, 64);
   EXPECT_EQ(opened.train_seconds, 1.25);
   EXPECT_EQ(opened.learner, Example().learner);

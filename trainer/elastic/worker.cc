@@ -883,14 +883,14 @@ std::vector<MicroBatch> Worker::LoadStep(EpochRun& run, const std::vector<int64_
     filler_->Start({run.permutation[0]}, static_cast<uint64_t>(learner_->progress().epoch));
     const std::optional<Batch> next = filler_->Next();
     if (!next) throw FatalError("the filler loader produced no batch");
-    return {MicroBatch{next->images, next->labels, 0.0}};
+    return {MicroBatch{next->inputs, next->targets, 0.0}};
   }
   const std::optional<Batch> next = run.loader->Next();
   if (!next) throw FatalError("the loader ran out of batches before the epoch ended");
   // The loader cuts batches of one full step's share: they must be exactly
   // this step's samples, or the sample accounting is wrong.
   if (next->indices != indices) throw FatalError("a loader batch is not this step's share");
-  return SplitIntoMicroBatches(next->images, next->labels, train_.batch_size, step_total);
+  return SplitIntoMicroBatches(next->inputs, next->targets, train_.batch_size, step_total);
 }
 
 void Worker::ReportStep(bool first_step, int64_t steps_in_epoch, const StepShape& shape,

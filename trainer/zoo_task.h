@@ -1,0 +1,21 @@
+// The cifar binary's task: a model of the pytorch-cifar zoo (models/registry.h)
+// classifying an image data set (CIFAR-10, Fashion-MNIST) with label-smoothed
+// cross-entropy. One Task among others (task.h).
+#pragma once
+
+#include <memory>
+
+#include "trainer/data/dataset.h"
+#include "trainer/task.h"
+#include "trainer/train_options.h"
+
+namespace elastic::trainer {
+
+// --model on the given splits (--label-smoothing for the loss).
+Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
+             std::shared_ptr<const Dataset> test);
+
+// The same on the splits --dataset and --data-dir name.
+Task ZooTaskFromOptions(const TrainOptions& options);
+
+}  // namespace elastic::trainer
