@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include <mutex>
+
 #include <functional>
 #include <set>
 #include <stdexcept>
@@ -9,7 +11,7 @@
 namespace elastic::models {
 namespace {
 
-using Factory = std::function<std::shared_ptr<Net>(int64_t num_classes)>;
+using Factory = ModelFactory;
 
 struct Entry {
   ModelInfo info;
@@ -26,9 +28,10 @@ constexpr char kDlaPaper[] = "Yu et al., Deep Layer Aggregation, arXiv:1707.0648
 
 // The single list of models; AvailableModels() and CreateModel() both read it,
 // so a model cannot be listed without being constructible or vice versa. The
-// order is the pytorch-cifar results table, after the small test model.
-const std::vector<Entry>& Entries() {
-  static const std::vector<Entry> entries = {
+// order is the pytorch-cifar results table, after the small test model; then
+// the models registered from outside (RegisterModel), in their order.
+std::vector<Entry>& Entries() {
+  static std::vector<Entry> entries = {
       {{"resnet8", kResNetPaper}, MakeResNet8},
       {{"vgg16", "Simonyan & Zisserman, Very Deep Convolutional Networks, arXiv:1409.1556"},
        MakeVgg16},
@@ -55,15 +58,29 @@ const std::vector<Entry>& Entries() {
   return entries;
 }
 
+std::mutex& EntriesMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 }  // namespace
 
-const std::vector<ModelInfo>& AvailableModels() {
-  static const std::vector<ModelInfo> infos = [] {
-    std::vector<ModelInfo> out;
-    for (const Entry& e : Entries()) out.push_back(e.info);
-    return out;
-  }();
-  return infos;
+void RegisterModel(ModelInfo info, ModelFactory make) {
+  if (info.name.empty()) throw std::invalid_argument("RegisterModel: a model needs a name");
+  if (!make) throw std::invalid_argument("RegisterModel: model '" + info.name + "' has no factory");
+  std::lock_guard<std::mutex> lock(EntriesMutex());
+  for (const Entry& e : Entries()) {
+    if (e.info.name == info.name)
+      throw std::invalid_argument("RegisterModel: a model named '" + info.name + "' exists");
+  }
+  Entries().push_back({std::move(info), std::move(make)});
+}
+
+std::vector<ModelInfo> AvailableModels() {
+  std::lock_guard<std::mutex> lock(EntriesMutex());
+  std::vector<ModelInfo> out;
+  for (const Entry& e : Entries()) out.push_back(e.info);
+  return out;
 }
 
 std::shared_ptr<Net> CreateModel(const std::string& name, int64_t num_classes) {
@@ -72,10 +89,15 @@ std::shared_ptr<Net> CreateModel(const std::string& name, int64_t num_classes) {
                                 std::to_string(num_classes));
   }
   std::string valid;
-  for (const Entry& e : Entries()) {
-    if (e.info.name == name) return e.make(num_classes);
-    valid += (valid.empty() ? "" : ", ") + e.info.name;
+  Factory make;
+  {
+    std::lock_guard<std::mutex> lock(EntriesMutex());
+    for (const Entry& e : Entries()) {
+      if (e.info.name == name) make = e.make;
+      valid += (valid.empty() ? "" : ", ") + e.info.name;
+    }
   }
+  if (make) return make(num_classes);
   throw std::invalid_argument("unknown model '" + name + "'; valid models: " + valid);
 }
 

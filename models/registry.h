@@ -3,6 +3,7 @@
 #define ELASTIC_MODELS_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,8 +17,15 @@ struct ModelInfo {
   std::string paper;  // where the architecture comes from
 };
 
-// Every model, in a stable order, resnet8 first.
-const std::vector<ModelInfo>& AvailableModels();
+// Every model, in a stable order, resnet8 first, then those registered.
+std::vector<ModelInfo> AvailableModels();
+
+using ModelFactory = std::function<std::shared_ptr<Net>(int64_t num_classes)>;
+
+// Adds a model from outside the zoo (a program's own module): --model NAME
+// and --list-models then know it. Throws std::invalid_argument for an empty or
+// taken name or a missing factory.
+void RegisterModel(ModelInfo info, ModelFactory make);
 
 // Builds a freshly initialised model. Throws std::invalid_argument naming the
 // unknown model and listing the valid names.

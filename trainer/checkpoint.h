@@ -29,6 +29,10 @@ std::string ReadCheckpointFile(const std::string& path);
 // The checkpoint a run writes to and resumes from: <dir>/checkpoint.ckpt.
 std::string CheckpointPath(const std::string& dir);
 
+// Writes `payload` as the checkpoint of `dir` (created if missing) and returns
+// its path. Throws CheckpointError when the directory cannot be made.
+std::string WriteCheckpointIn(const std::string& dir, std::string_view payload);
+
 // A new run (not --resume) would replace the checkpoint in `dir` with its
 // own, which starts from a fresh model: throws CheckpointError saying so and
 // how to go on (--resume, or another --checkpoint-dir) when `dir` holds one.

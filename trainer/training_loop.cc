@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
@@ -358,15 +357,7 @@ void TrainingLoop::FinishTraining() {
 
 void TrainingLoop::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& at) {
   if (config_.checkpoint_dir.empty()) return;
-  std::error_code error;
-  std::filesystem::create_directories(config_.checkpoint_dir, error);
-  if (error) {
-    throw CheckpointError("cannot create checkpoint directory " + config_.checkpoint_dir + ": " +
-                          error.message());
-  }
-  const std::string path = CheckpointPath(config_.checkpoint_dir);
-  WriteCheckpointFile(path, learner_bytes);
-  world_.OnCheckpoint(at, path);
+  world_.OnCheckpoint(at, WriteCheckpointIn(config_.checkpoint_dir, learner_bytes));
 }
 
 }  // namespace elastic::trainer

@@ -134,7 +134,7 @@ class ControllerActor : public runtime::Actor {
   ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
                   std::vector<std::string> args, ControllerConfig config,
                   const std::optional<TakenOver>& taken_over, runtime::Head& head,
-                  runtime::ActorSystem& actors, JobMetrics& metrics)
+                  runtime::ActorSystem& actors, JobMetrics& metrics, const MetricLabel& metric)
       : elastic_(elastic),
         train_(train),
         job_id_(std::move(job_id)),
@@ -142,7 +142,7 @@ class ControllerActor : public runtime::Actor {
         head_(head),
         actors_(actors),
         metrics_(metrics),
-        reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every),
+        reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every, metric),
         start_(Clock::now()),
         // Before the first sync nobody holds anything yet: the job starts anew.
         machine_(taken_over && taken_over->journal.started
@@ -755,13 +755,6 @@ void CheckCopySeal(const std::optional<TakenOver>& taken_over, const std::string
   }
 }
 
-// Every local worker loads the data set. Loading it here first makes a bad
-// --data-dir one error instead of one per worker, and a missing CIFAR-10 one
-// download (with its progress bar) that every worker then finds in the cache.
-void CheckDataSet(const TrainOptions& train) {
-  for (const Split split : {Split::kTrain, Split::kTest})
-    LoadDataset(train.dataset, train.data_dir, split);
-}
 
 // --preemption-notice: drains `agent`'s workers when this machine's notice
 // appears; nullptr when the flag is not set.
@@ -802,11 +795,10 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
 }
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args) {
+              const std::vector<std::string>& args, const Program& program) {
   monitoring::MetricsOptions metrics_options;
   metrics_options.address = elastic.metrics_address;
   metrics_options.port = elastic.metrics_port;
-  if (!elastic.controller_only) CheckDataSet(train);
   InstallStopSignalHandlers();
   JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
@@ -872,7 +864,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   runtime::ActorSystem actors(actor_options);
   auto controller = std::make_shared<ControllerActor>(
       elastic, train, job_id, taken_over ? taken_over->journal.args : args,
-      ConfigFor(elastic, train), taken_over, head, actors, metrics);
+      ConfigFor(elastic, train), taken_over, head, actors, metrics, program.metric);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   runtime::ForwardMembershipTo(client, ref);
@@ -920,8 +912,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   if (controller->started()) {
     try {
       Say("driver: report " +
-          metrics.WriteReport(RunDirectory(elastic),
-                              "cifar: " + train.model + " on " + train.dataset));
+          metrics.WriteReport(RunDirectory(elastic), program.title));
     } catch (const std::exception& e) {
       Say(std::string("driver: warning: no report: ") + e.what());
     }
@@ -961,14 +952,14 @@ int RunJoin(const ElasticOptions& elastic) {
 }
 
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args) {
+               const std::vector<std::string>& args, const Program& program) {
   try {
-    if (elastic.role == "worker") return RunWorker();
+    if (elastic.role == "worker") return RunWorker(program.make_task);
     if (!elastic.join.empty()) return RunJoin(elastic);
     // --controller-only is a driver without local workers.
-    return RunDriver(elastic, train, args);
+    return RunDriver(elastic, train, args, program);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cifar: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
     return kExitError;
   }
 }

@@ -1,32 +1,51 @@
-// The elastic trainer's entry points, dispatched to from the cifar binary's
-// main once the flags are parsed (docs/elastic.md is the protocol):
+// The elastic trainer's entry points, dispatched to from a program's main once
+// the flags are parsed (docs/elastic.md is the protocol):
 //
 //   --workers N                          RunDriver: head + local node agent + N workers
 //   --join HOST:PORT --workers K ...     RunJoin: a node agent adding K workers
 //   --role=worker                        RunWorker: one worker (started by an agent)
 //
 // `args` are the command-line arguments after the program name; the driver
-// hands them to every worker through the head's key-value store, so that all
+// hands them to every worker through the controller's job spec, so that all
 // workers of a job, wherever they were started, train with the same flags.
+// Workers are this same binary (/proc/self/exe --role=worker), so the same
+// Program builds the same Task in every one of them.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/elastic/job_controller.h"  // kExitOk, kExitError, kExitStopped
+#include "trainer/progress.h"
+#include "trainer/task.h"
 #include "trainer/train_options.h"
 
 namespace elastic::trainer {
 
+// Builds the task from the job's flags; called in every worker (never in the
+// driver, which may run on a machine without the data: --controller-only).
+using TaskFactory = std::function<Task(const TrainOptions&)>;
+
+// What the binary trains, as the elastic processes need it.
+struct Program {
+  std::string name = "cifar";  // the prefix of its error lines
+  std::string title;           // the run report's title (e.g. "cifar: resnet8 on cifar10")
+  MetricLabel metric;          // how the driver's progress lines print the task's metric
+  TaskFactory make_task;
+};
+
+// The program's Main builds the task once before (unless --controller-only):
+// a bad --data-dir is then one error instead of one per worker.
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args);
+              const std::vector<std::string>& args, const Program& program);
 int RunJoin(const ElasticOptions& elastic);
-// The worker reads the job's flags from the head; its own are not used.
-int RunWorker();
+// The worker reads the job's flags from the controller; its own are not used.
+int RunWorker(const TaskFactory& make_task);
 
 // Dispatches on the options to one of the three above.
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args);
+               const std::vector<std::string>& args, const Program& program);
 
 }  // namespace elastic::trainer

@@ -1,0 +1,154 @@
+// elastic::Main: the flags, then one of the ways a program runs (api/elastic.h).
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/elastic.h"
+#include "collectives/mpi_communicator.h"
+#include "trainer/allocator.h"
+#include "trainer/checkpoint.h"
+#include "trainer/elastic/elastic.h"
+#include "trainer/elastic/elastic_options.h"
+#include "trainer/flags.h"
+#include "trainer/mpi_mode.h"
+#include "trainer/trainer.h"
+
+namespace elastic {
+namespace {
+
+using trainer::FlagError;
+using trainer::FlagSet;
+
+int ListModels() {
+  std::printf("%-18s %14s  %-14s %s\n", "model", "parameters", "memory format", "architecture");
+  for (const models::ModelInfo& info : models::AvailableModels()) {
+    const int64_t count = models::CountParameters(*models::CreateModel(info.name, 10));
+    std::printf("%-18s %14lld  %-14s %s\n", info.name.c_str(), static_cast<long long>(count),
+                models::PrefersChannelsLast(info.name) ? "channels-last" : "contiguous",
+                info.paper.c_str());
+  }
+  std::printf(
+      "(parameter counts for 10 classes; memory format: what --memory-format=auto picks, "
+      "measured per model)\n");
+  return 0;
+}
+
+void PrintDone(const trainer::TrainResult& result, const trainer::Task& task) {
+  // "test accuracy 91.20%", "test mean abs error 0.0312".
+  const trainer::MetricLabel metric{task.objective->metric_name(),
+                                    task.objective->metric_is_fraction()};
+  std::printf("done: %lld epochs, %lld steps, test %s, %.0f train img/s%s\n",
+              static_cast<long long>(result.epochs_completed), static_cast<long long>(result.steps),
+              metric.Format(result.last_eval.metric()).c_str(), result.train_images_per_second,
+              result.early_stopped ? " (early stop)" : "");
+  if (result.last_eval.count == 0 || result.last_eval.class_count.empty()) return;
+  std::printf("test accuracy by class:");
+  for (size_t c = 0; c < task.class_names.size() && c < result.last_eval.class_count.size(); ++c)
+    std::printf(" %s %.1f%%", task.class_names[c].c_str(), 100 * result.last_eval.ClassAccuracy(c));
+  std::printf("\n");
+}
+
+// One rank of the fixed-size job mpirun started: the same loop as a
+// single-process run, over MPI_COMM_WORLD.
+int RunMpiRank(TrainOptions options, const Program& program) {
+  std::unique_ptr<collectives::Communicator> world;
+  try {
+    collectives::MpiCommunicatorFactory factory;
+    world = factory.Create(collectives::MpiCommunicatorFactory::WorldMembership());
+    if (options.threads == 0) options.threads = trainer::MpiThreadsPerRank();
+    if (world->rank() == 0) {
+      trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
+      std::printf("mpirun: %d ranks, %lld images per rank and step, lr %g x %d\n", world->size(),
+                  static_cast<long long>(options.batch_size), options.lr, world->size());
+    }
+    trainer::Trainer run(options, program.make_task(options), stdout, world.get());
+    const trainer::TrainResult result = run.Run();
+    if (world->rank() == 0) PrintDone(result, run.task());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error (MPI rank %d of %d): %s\n", program.name.c_str(),
+                 world ? world->rank() : -1, world ? world->size() : 0, e.what());
+    // Leave MPI without MPI_Finalize, which would wait for ranks that may be
+    // blocked in a collective with this one: mpirun sees the failed rank and
+    // ends the others at once.
+    if (world) world->Abort();
+    return 1;
+  }
+  return 0;
+}
+
+// The elastic processes' view of the program. A driver with local workers
+// builds the task once here: a bad --data-dir is one error, not one per
+// worker, and a download happens once.
+int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOptions& options,
+                  const std::vector<std::string>& args, const Program& program) {
+  trainer::Program job;
+  job.name = program.name;
+  job.title = program.title ? program.title(options) : program.name;
+  job.make_task = program.make_task;
+  job.metric = {program.controller_metric, program.controller_metric_is_fraction};
+  const bool driver_with_workers = elastic_options.role != "worker" &&
+                                   elastic_options.join.empty() && !elastic_options.controller_only;
+  if (driver_with_workers) {
+    try {
+      const trainer::Task task = program.make_task(options);
+      task.Check();
+      job.metric = trainer::MetricLabelOf(*task.objective);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
+      return trainer::kExitError;
+    }
+  }
+  return trainer::RunElastic(elastic_options, options, args, job);
+}
+
+}  // namespace
+
+int Main(int argc, char** argv, const Program& program) {
+  trainer::KeepFreedMemoryForReuse();
+  TrainOptions options;
+  trainer::ElasticOptions elastic_options;
+  FlagSet flags(program.name, program.summary);
+  trainer::RegisterTrainFlags(flags, options);
+  trainer::RegisterElasticFlags(flags, elastic_options);
+  try {
+    if (!program.make_task) throw FlagError("the program has no task (Program::make_task)");
+    flags.Parse(argc, argv);
+    if (flags.help_requested()) {
+      std::fputs(flags.Help().c_str(), stdout);
+      return 0;
+    }
+    std::vector<std::string> models;
+    if (program.model_from_registry) {
+      for (const auto& info : models::AvailableModels()) models.push_back(info.name);
+    }
+    trainer::ValidateTrainOptions(options, models);
+    if (trainer::StartedByMpirun()) trainer::ValidateMpiRun(elastic_options);
+    trainer::ValidateElasticOptions(elastic_options, options);
+    // The workers would compute here: refuse what they would get wrong now.
+    if (!elastic_options.controller_only && !options.list_models) {
+      trainer::CheckArithmetic(options);
+    }
+  } catch (const FlagError& e) {
+    std::fprintf(stderr, "%s: %s\n", program.name.c_str(), e.what());
+    return 2;
+  }
+  if (options.list_models) return ListModels();
+  if (trainer::StartedByMpirun()) return RunMpiRank(options, program);
+  if (trainer::IsElasticRun(elastic_options)) {
+    return RunElasticJob(elastic_options, options, std::vector<std::string>(argv + 1, argv + argc),
+                         program);
+  }
+  try {
+    trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
+    trainer::Trainer run(options, program.make_task(options), stdout);
+    PrintDone(run.Run(), run.task());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace elastic
