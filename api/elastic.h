@@ -76,7 +76,11 @@ struct Program {
   // How a --controller-only driver, which builds no task, prints the metric
   // (every other process takes it from the task's objective).
   std::string controller_metric = "acc";
+  std::string controller_metric_long = "accuracy";
   bool controller_metric_is_fraction = true;
+  // The flags' defaults (a recipe that fits the task); the command line
+  // overrides them and --help shows them.
+  TrainOptions defaults;
 };
 
 // Parses the flags and runs the program as they say (see the file comment).

@@ -87,7 +87,9 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
   job.name = program.name;
   job.title = program.title ? program.title(options) : program.name;
   job.make_task = program.make_task;
-  job.metric = {program.controller_metric, program.controller_metric_is_fraction};
+  job.metric.name = program.controller_metric;
+  job.metric.long_name = program.controller_metric_long;
+  job.metric.percent = program.controller_metric_is_fraction;
   const bool driver_with_workers = elastic_options.role != "worker" &&
                                    elastic_options.join.empty() && !elastic_options.controller_only;
   if (driver_with_workers) {
@@ -107,7 +109,7 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
 
 int Main(int argc, char** argv, const Program& program) {
   trainer::KeepFreedMemoryForReuse();
-  TrainOptions options;
+  TrainOptions options = program.defaults;
   trainer::ElasticOptions elastic_options;
   FlagSet flags(program.name, program.summary);
   trainer::RegisterTrainFlags(flags, options);

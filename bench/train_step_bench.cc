@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
         "subset: %.1f s per epoch (train + test), %.0f train img/s, test accuracy %.2f%% "
         "after %lld epochs\n",
         seconds / static_cast<double>(result.epochs_completed), result.train_images_per_second,
-        100 * result.last_eval.accuracy(), static_cast<long long>(result.epochs_completed));
+        100 * result.last_eval.metric(), static_cast<long long>(result.epochs_completed));
   }
   if (fp32_ratios > 0) {
     std::printf(

@@ -30,6 +30,7 @@ struct EpochSummary {
 struct MetricLabel {
   std::string name = "acc";
   bool percent = true;  // a fraction shown as a percentage
+  std::string long_name = "accuracy";  // in the final line: "test accuracy 91.20%"
   std::string Format(double value) const;
 };
 

@@ -133,6 +133,7 @@ MetricLabel MetricLabelOf(const Objective& objective) {
   MetricLabel label;
   label.percent = objective.metric_is_fraction();
   label.name = objective.metric_name() == "accuracy" ? "acc" : objective.metric_name();
+  label.long_name = objective.metric_name();
   return label;
 }
 

@@ -93,11 +93,11 @@ TEST_F(FashionMnist, SmallModelReaches85PercentTestAccuracy) {
   const TrainResult result = trainer.Run();
   EXPECT_EQ(result.steps, 300);
   EXPECT_EQ(result.last_eval.count, 10000);
-  EXPECT_GE(result.last_eval.accuracy(), 0.85);
+  EXPECT_GE(result.last_eval.metric(), 0.85);
   // Per-class accuracies average to the accuracy (the test set is balanced).
   double sum = 0;
   for (int c = 0; c < 10; ++c) sum += result.last_eval.ClassAccuracy(c);
-  EXPECT_NEAR(sum / 10, result.last_eval.accuracy(), 1e-9);
+  EXPECT_NEAR(sum / 10, result.last_eval.metric(), 1e-9);
 }
 
 // bf16 autocast learns as well as fp32 (the loose bound of a short run; the
@@ -122,7 +122,7 @@ TEST_F(FashionMnist, Bf16ReachesTheAccuracyOfFp32) {
     const TrainResult result = trainer.Run();
     for (const torch::Tensor& p : trainer.learner().parameters())
       EXPECT_EQ(p.scalar_type(), torch::kFloat) << "master weights stay float32";
-    return result.last_eval.accuracy();
+    return result.last_eval.metric();
   };
   const double fp32 = run("fp32"), bf16 = run("bf16");
   std::printf("test accuracy after 150 steps: fp32 %.2f%%, bf16 %.2f%%\n", 100 * fp32, 100 * bf16);

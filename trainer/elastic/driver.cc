@@ -142,6 +142,7 @@ class ControllerActor : public runtime::Actor {
         head_(head),
         actors_(actors),
         metrics_(metrics),
+        metric_(metric),
         reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every, metric),
         start_(Clock::now()),
         // Before the first sync nobody holds anything yet: the job starts anew.
@@ -229,6 +230,7 @@ class ControllerActor : public runtime::Actor {
   runtime::Head& head_;
   runtime::ActorSystem& actors_;
   JobMetrics& metrics_;
+  const MetricLabel metric_;
   ProgressReporter reporter_;
   const Clock::time_point start_;
   JobController machine_;
@@ -396,12 +398,13 @@ void ControllerActor::OnEpoch(const std::string& payload) {
   printed_epoch_ = e.getEpoch();
   char line[512];
   std::snprintf(line, sizeof(line),
-                "epoch %lld/%lld world %d | train loss %.4f acc %.2f%% | test loss %.4f acc "
-                "%.2f%% | %.0f img/s | %.1fs%s%s",
+                "epoch %lld/%lld world %d | train loss %.4f %s | test loss %.4f %s | %.0f img/s | "
+                "%.1fs%s%s",
                 static_cast<long long>(e.getEpoch()), static_cast<long long>(e.getEpochs()),
-                e.getWorld(), e.getTrainLoss(), 100 * e.getTrainAccuracy(), e.getTestLoss(),
-                100 * e.getTestAccuracy(), e.getImagesPerSecond(), e.getSeconds(),
-                e.getArithmetic().size() > 0 ? " | " : "", e.getArithmetic().cStr());
+                e.getWorld(), e.getTrainLoss(), metric_.Format(e.getTrainAccuracy()).c_str(),
+                e.getTestLoss(), metric_.Format(e.getTestAccuracy()).c_str(),
+                e.getImagesPerSecond(), e.getSeconds(), e.getArithmetic().size() > 0 ? " | " : "",
+                e.getArithmetic().cStr());
   reporter_.Note(line);
   EpochReport report;
   report.epoch = e.getEpoch();
@@ -498,9 +501,11 @@ void ControllerActor::OnDone(const std::string& payload) {
   MessageBytes bytes(payload, "done");
   const proto::Done::Reader d = bytes.Get<proto::Done>();
   char line[256];
-  std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test accuracy %.2f%%%s",
+  const MetricLabel final_metric{metric_.long_name, metric_.percent, metric_.long_name};
+  std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test %s%s",
                 static_cast<long long>(d.getEpochs()), static_cast<long long>(d.getSteps()),
-                100 * d.getTestAccuracy(), d.getEarlyStop() ? " (early stop)" : "");
+                final_metric.Format(d.getTestAccuracy()).c_str(),
+                d.getEarlyStop() ? " (early stop)" : "");
   reporter_.Note(line);
   Feed(event::Done{d.getGeneration()});
 }

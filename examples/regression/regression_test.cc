@@ -1,0 +1,88 @@
+// The regression example (examples/regression) trains elastically: real
+// driver, node agents and workers of the example's own binary over real
+// sockets, through a kill -9 of a worker mid-epoch and a node that joins.
+// After it, the invariants every elastic job keeps (tests/job_checks.h): one
+// parameter checksum per generation, every sample exactly once per epoch.
+#include <signal.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/elastic_job.h"
+#include "tests/job_checks.h"
+#include "tests/process.h"
+
+namespace {
+
+using elastic::tests::ExpectEverySampleOnce;
+using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::FreshTempDir;
+using elastic::tests::HeadPort;
+using elastic::tests::Process;
+using elastic::tests::WaitForStep;
+using elastic::tests::WithoutProgress;
+using elastic::tests::WorkerPid;
+
+constexpr char kExample[] = "examples/regression/regression";
+constexpr int64_t kTrainSamples = 3072;  // the example's generated training set
+constexpr int kEpochs = 4;
+
+// "test mean abs error X" of the final line, or -1.
+double FinalError(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("done: \\d+ epochs, \\d+ steps, test mean abs "
+                                               "error ([0-9.e+-]+)")))
+    return -1;
+  return std::stod(m[1]);
+}
+
+// Predicting the mean of the targets (y = sin(x0) + x1 x2 / 2 - 0.3 x3^2 +
+// noise, x ~ N(0, 1)) is off by about 0.75 on average; a model that learnt
+// nothing is no better.
+constexpr double kMeanPredictorError = 0.75;
+
+TEST(RegressionExampleTest, TrainsOnItsOwnInOneProcess) {
+  const std::string dir = FreshTempDir("regression-one");
+  Process run({kExample, "--epochs=4", "--checkpoint-dir=" + dir + "/checkpoint"},
+              dir + "/run.log");
+  ASSERT_EQ(run.Wait(std::chrono::seconds(300)), 0) << run.Output();
+  const double error = FinalError(run.Output());
+  EXPECT_GT(error, 0) << run.Output();
+  EXPECT_LT(error, 0.6 * kMeanPredictorError) << run.Output();
+}
+
+TEST(RegressionExampleTest, SurvivesAKillAndAJoinWithEverySampleOnce) {
+  const std::string dir = FreshTempDir("regression-elastic");
+  Process driver({kExample, "--workers=2", "--epochs=" + std::to_string(kEpochs),
+                  "--commit-every=8", "--log-every=1", "--loader-threads=1",
+                  "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
+                  "--token-file=" + dir + "/token"},
+                 dir + "/driver.log");
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
+  const pid_t victim = WorkerPid(driver, 1, 1);
+  ASSERT_GT(victim, 0) << WithoutProgress(driver.Output());
+  // Mid-epoch and between commits (every 8 steps): uncommitted steps are redone.
+  ASSERT_TRUE(WaitForStep(driver, 1, 13)) << WithoutProgress(driver.Output());
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // A node of two joins while the job goes on.
+  Process joiner({kExample, "--join=127.0.0.1:" + port, "--workers=2",
+                  "--token-file=" + dir + "/token"},
+                 dir + "/join.log");
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0)
+      << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
+  EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
+  const std::string output = driver.Output() + joiner.Output();
+  EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << WithoutProgress(output);
+  // The joiners trained: some generation had 3 members (the survivor and two).
+  EXPECT_TRUE(std::regex_search(output, std::regex("world 3 \\|"))) << WithoutProgress(output);
+  const double error = FinalError(driver.Output());
+  EXPECT_GT(error, 0) << WithoutProgress(output);
+  EXPECT_LT(error, 0.6 * kMeanPredictorError) << WithoutProgress(output);
+  ExpectOneChecksumPerGeneration(output);
+  ExpectEverySampleOnce(dir + "/samples", kTrainSamples, kEpochs);
+}
+
+}  // namespace
