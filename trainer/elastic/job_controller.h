@@ -190,6 +190,16 @@ using Action =
     std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
                  action::Say, action::WriteCopy, action::Journal, action::Finish>;
 
+// A visitor from one lambda per alternative, for std::visit over Event and
+// Action: with no generic (auto) lambda among them, an alternative without its
+// lambda fails to compile instead of being dropped.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
+
 class JobController {
  public:
   // A new job; `now_ms` is the controller's clock at start.
