@@ -270,11 +270,11 @@ class Worker {
 
   // Sends a message of type T, filled by fill, to the controller.
   template <typename T, typename Fill>
-  void Tell(const char* method, Fill fill) {
+  void Tell(Fill fill) {
     try {
-      controller_.Tell(method, EncodeMessage<T>(fill));
+      controller_.Tell(kControlCall, EncodeControl<T>(fill));
     } catch (const std::exception& e) {
-      Log("could not reach the controller (%s): %s", method, e.what());
+      Log("could not reach the controller (%s): %s", ControlMember<T>::kName, e.what());
     }
   }
 
@@ -403,7 +403,7 @@ void Worker::Join() {
                                        actors_->endpoint(), member_id_);
   stats_publisher_.SetMemberId(member_id_);
   client_->OnDisconnect([this](const std::string& reason) { OnHeadLost(reason); });
-  Tell<proto::Hello>(kMethodHello, [&](proto::Hello::Builder m) {
+  Tell<proto::Hello>([&](proto::Hello::Builder m) {
     m.setMemberId(member_id_);
     m.setHoldsCommit(holds_commit_);
     if (holds_commit_) ToProto(committed_, m.initCommit());
@@ -442,8 +442,8 @@ void Worker::Reconnect() {
           client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1))),
           env_);
       runtime::ActorRef controller = actors_->Remote(kControllerActor, endpoint);
-      MessageBytes bytes(controller.Ask(kMethodSpec, "", std::chrono::seconds(30)).get(),
-                         "job spec");
+      MessageBytes bytes(
+          controller.Ask(kControlCall, SpecRequest(), std::chrono::seconds(30)).get(), "job spec");
       const std::string job = bytes.Get<proto::JobSpec>().getJobId().cStr();
       if (job != job_id_) {
         throw FatalError(
@@ -490,7 +490,7 @@ void Worker::ReportProgress() {
   const double images = commit_.seen + pending_.step_samples;
   const double seen = images > 0 ? images : 1;
   const double scale = pending_.seen > 0 ? pending_.step_samples / pending_.seen : 0;
-  Tell<proto::Progress>(kMethodProgress, [&](proto::Progress::Builder m) {
+  Tell<proto::Progress>([&](proto::Progress::Builder m) {
     m.setGeneration(generation_);
     m.setEpoch(p.epoch);
     m.setStep(p.step);
@@ -508,12 +508,11 @@ void Worker::ReportDrainingOnce() {
   if (drain_reported_ || !g_terminate_requested.load()) return;
   drain_reported_ = true;
   Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
-  Tell<proto::Draining>(kMethodDraining,
-                        [&](proto::Draining::Builder m) { m.setMemberId(member_id_); });
+  Tell<proto::Draining>([&](proto::Draining::Builder m) { m.setMemberId(member_id_); });
 }
 
 void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
-  Tell<proto::Fault>(kMethodFault, [&](proto::Fault::Builder m) {
+  Tell<proto::Fault>([&](proto::Fault::Builder m) {
     m.setGeneration(generation_);
     m.setMemberId(member_id_);
     m.setReason(reason);
@@ -524,7 +523,7 @@ void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
 void Worker::SendStats(bool always) {
   const WorkerStatsPublisher::Sink send = [this](const WorkerStatsRecord& record) {
     Tell<proto::WorkerStats>(
-        kMethodStats, [&](proto::WorkerStats::Builder m) { ToProto(member_id_, record, m); });
+        [&](proto::WorkerStats::Builder m) { ToProto(member_id_, record, m); });
   };
   if (always) {
     stats_publisher_.Publish(send);
@@ -663,7 +662,7 @@ bool Worker::CommitPoint(Communicator& comm, int rank, CommitAt at) {
                       (++commits_since_copy_ >= elastic_.state_copy_every || stop);
     if (copy) commits_since_copy_ = 0;
     const std::string state = copy ? SealedCopy() : std::string();
-    Tell<proto::CommitReport>(kMethodCommit, [&](proto::CommitReport::Builder m) {
+    Tell<proto::CommitReport>([&](proto::CommitReport::Builder m) {
       m.setGeneration(generation_);
       ToProto(Point(), m.initPoint());
       if (!state.empty()) m.setState(runtime::AsData(state));
@@ -680,7 +679,7 @@ void Worker::ReportSynced(const GenerationOrder& order) {
   // steps in between again.
   const bool send = order.send_copy && elastic_.state_copy_every > 0 && holds_commit_;
   const std::string state = send ? SealedCopy() : std::string();
-  Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
+  Tell<proto::Synced>([&](proto::Synced::Builder m) {
     m.setGeneration(generation_);
     ToProto(Point(), m.initPoint());
     m.setChecksum(ParameterChecksum(learner_->parameters()));
@@ -748,7 +747,7 @@ void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint&
   const std::string path = CheckpointPath(train_.checkpoint_dir);
   WriteCheckpointFile(path, learner_bytes);
   Log("checkpoint written to %s", path.c_str());
-  Tell<proto::CheckpointWritten>(kMethodCheckpoint, [&](proto::CheckpointWritten::Builder m) {
+  Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
     ToProto(point, m.initPoint());
     m.setPath(path);
   });
@@ -758,7 +757,7 @@ void Worker::ReportEpoch(const EvalResult& eval, int world, double eval_seconds)
   const TrainingProgress& p = learner_->progress();
   const double seen = commit_.seen > 0 ? commit_.seen : 1;
   last_accuracy_ = eval.accuracy();
-  Tell<proto::EpochSummary>(kMethodEpoch, [&](proto::EpochSummary::Builder m) {
+  Tell<proto::EpochSummary>([&](proto::EpochSummary::Builder m) {
     m.setEpoch(p.epoch + 1);
     m.setEpochs(train_.epochs);
     m.setWorld(world);
@@ -896,7 +895,7 @@ std::vector<MicroBatch> Worker::LoadStep(EpochRun& run, const std::vector<int64_
 void Worker::ReportStep(bool first_step, int64_t steps_in_epoch, const StepShape& shape,
                         double lr) {
   if (first_step) {
-    Tell<proto::FirstStep>(kMethodFirstStep, [&](proto::FirstStep::Builder m) {
+    Tell<proto::FirstStep>([&](proto::FirstStep::Builder m) {
       m.setGeneration(generation_);
       m.setWallSeconds(Now());
     });
@@ -935,7 +934,7 @@ void Worker::FinishJob() {
   const TrainingProgress& p = learner_->progress();
   WriteCheckpoint(learner_->CaptureState());
   // An ask: the controller has the final numbers before any worker leaves.
-  const std::string done = EncodeMessage<proto::Done>([&](proto::Done::Builder m) {
+  const std::string done = EncodeControl<proto::Done>([&](proto::Done::Builder m) {
     m.setEpochs(p.epoch);
     m.setSteps(p.step);
     m.setTestAccuracy(last_accuracy_);
@@ -943,7 +942,7 @@ void Worker::FinishJob() {
     m.setGeneration(generation_);
   });
   try {
-    controller_.Ask(kMethodDone, done, std::chrono::seconds(30)).get();
+    controller_.Ask(kControlCall, done, std::chrono::seconds(30)).get();
   } catch (const std::exception& e) {
     Log("the controller did not acknowledge the end of the job: %s", e.what());
   }
@@ -1197,7 +1196,7 @@ int RunWorker() {
         ControllerEndpoint(head->LookupActor(kControllerActor, std::chrono::seconds(60)), env);
     // The job's flags, the same for every worker wherever it was started.
     const std::string spec = actors->Remote(kControllerActor, controller)
-                                 .Ask(kMethodSpec, "", std::chrono::seconds(60))
+                                 .Ask(kControlCall, SpecRequest(), std::chrono::seconds(60))
                                  .get();
     MessageBytes bytes(spec, "job spec");
     TrainOptions train;
