@@ -59,7 +59,7 @@ struct ControlMember {
 ELASTIC_CONTROL_MEMBER(ToTrainer, Generation, Generation, "generation");
 ELASTIC_CONTROL_MEMBER(ToTrainer, StopRequest, Request, "request");
 ELASTIC_CONTROL_MEMBER(ToTrainer, JobOver, Over, "over");
-// Trainer actors -> controller (spec and tick carry nothing: SpecRequest, Tick).
+// Trainer actors -> controller. Its Void members spec and tick: SpecRequest(), Tick().
 ELASTIC_CONTROL_MEMBER(ToController, Hello, Hello, "hello");
 ELASTIC_CONTROL_MEMBER(ToController, Progress, Progress, "progress");
 ELASTIC_CONTROL_MEMBER(ToController, EpochSummary, Epoch, "epoch");

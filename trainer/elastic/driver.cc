@@ -199,6 +199,8 @@ class ControllerActor : public runtime::Actor {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count();
   }
   void Feed(const Event& event) { Execute(machine_.Handle(event, NowMs())); }
+  // Exhaustive at compile time: an action type without its Carry overload
+  // below has no function to call and does not compile.
   void Execute(const std::vector<Action>& actions) {
     for (const Action& a : actions) std::visit([this](const auto& x) { Carry(x); }, a);
   }

@@ -1,6 +1,6 @@
 // The decisions of an elastic job's controller, as a pure state machine:
 // events in, actions out, no clock, no threads, no sockets. The controller
-// actor (controller_actor.h) turns membership updates and the trainers'
+// actor (ControllerActor in driver.cc) turns membership updates and the trainers'
 // messages into events and carries the actions out; the tests drive this
 // class alone (job_controller_test.cc).
 //
