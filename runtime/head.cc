@@ -212,147 +212,151 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
   auto it = sessions_.find(connection.get());
   if (it == sessions_.end()) return;
   Session& session = *it->second;
-  const uint64_t request_id = envelope.getRequestId();
+  const uint64_t id = envelope.getRequestId();
+  // Short names for the table below.
+  using E = proto::Envelope;
+  const E::Reader& e = envelope;
   ++messages_received_;
-
-  switch (envelope.which()) {
-    case proto::Envelope::KV_PUT: {
-      auto put = envelope.getKvPut();
-      try {
-        kv_.Put(put.getKey().cStr(), ToBytes(put.getValue()));
-      } catch (const LimitExceededError& e) {
-        Refuse(connection, request_id, e.what());
-        return;
-      }
-      NoteKvSize();
-      ReplyOk(connection, request_id);
-      return;
-    }
-    case proto::Envelope::KV_GET: {
-      const std::string key = envelope.getKvGet().getKey().cStr();
-      try {
-        kv_.CheckKey(key);
-      } catch (const LimitExceededError& e) {
-        Refuse(connection, request_id, e.what());
-        return;
-      }
-      auto value = kv_.Get(key);
-      capnp::MallocMessageBuilder message;
-      auto reply = message.initRoot<proto::Envelope>();
-      reply.setRequestId(request_id);
-      auto kv_value = reply.initKvValue();
-      kv_value.setFound(value.has_value());
-      if (value) kv_value.setValue(AsData(*value));
-      Send(connection, message);
-      return;
-    }
-    case proto::Envelope::KV_WAIT:
-      HandleKvWait(session, request_id, envelope.getKvWait());
-      return;
-    case proto::Envelope::REGISTER_NODE: {
-      if (session.node_id != 0) {
-        ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
-                   "this connection already registered node " + std::to_string(session.node_id));
-        return;
-      }
-      const std::string name = envelope.getRegisterNode().getName().cStr();
-      const std::string too_long =
-          OverLimit("node name", name, options_.limits.max_name_bytes, "max_name_bytes");
-      if (!too_long.empty()) {
-        Refuse(connection, request_id, too_long);
-        return;
-      }
-      session.node_id = ClaimId(
-          envelope.getRegisterNode().getPreviousId(), options_.first_node_id,
-          [this](uint64_t id) { return nodes_.count(id) > 0; }, next_node_id_);
-      nodes_[session.node_id] = name;
-      nodes_connected_.store(nodes_.size());
-      ELASTIC_LOG(kInfo, "head",
-                  "node " << session.node_id << " (" << nodes_[session.node_id] << ") registered");
-      capnp::MallocMessageBuilder message;
-      auto reply = message.initRoot<proto::Envelope>();
-      reply.setRequestId(request_id);
-      reply.initNodeRegistered().setNodeId(session.node_id);
-      Send(connection, message);
-      return;
-    }
-    case proto::Envelope::REGISTER_MEMBER:
-      HandleRegisterMember(session, request_id, envelope.getRegisterMember());
-      return;
-    case proto::Envelope::LEAVE: {
-      if (session.member_id != 0) {
-        const uint64_t id = session.member_id;
-        session.member_id = 0;
-        RemoveMember(id, MembershipEventKind::kLeft, "left");
-      }
-      ReplyOk(connection, request_id);
-      return;
-    }
-    case proto::Envelope::SUBSCRIBE:
-    case proto::Envelope::GET_VIEW: {
-      if (envelope.which() == proto::Envelope::SUBSCRIBE) session.subscribed = true;
-      capnp::MallocMessageBuilder message;
-      auto reply = message.initRoot<proto::Envelope>();
-      reply.setRequestId(request_id);
-      ToProto(Snapshot(MembershipEventKind::kSnapshot, 0, 0, ""), reply.initView());
-      Send(connection, message);
-      return;
-    }
-    case proto::Envelope::PUBLISH_VIEW: {
-      std::vector<uint64_t> ids;
-      for (uint64_t id : envelope.getPublishView().getMemberIds()) ids.push_back(id);
-      try {
-        PublishOnLoop(ids);
-      } catch (const std::invalid_argument& e) {
-        ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT, e.what());
-        return;
-      }
-      capnp::MallocMessageBuilder message;
-      auto reply = message.initRoot<proto::Envelope>();
-      reply.setRequestId(request_id);
-      ToProto(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""), reply.initView());
-      Send(connection, message);
-      return;
-    }
-    case proto::Envelope::DRAINING: {
-      auto draining = envelope.getDraining();
-      const uint64_t node_id = draining.getNodeId();
-      const std::string too_long = OverLimit("draining reason", draining.getReason().cStr(),
-                                             options_.limits.max_reason_bytes, "max_reason_bytes");
-      if (!too_long.empty()) {
-        Refuse(connection, request_id, too_long);
-        return;
-      }
-      if (nodes_.count(node_id) == 0) {
-        ReplyError(connection, request_id, proto::ErrorCode::NOT_FOUND,
-                   "no node " + std::to_string(node_id));
-        return;
-      }
-      for (auto& [id, member] : members_) {
-        if (member.info.node_id == node_id) member.info.draining = true;
-      }
-      ELASTIC_LOG(kInfo, "head",
-                  "node " << node_id << " is draining: " << draining.getReason().cStr());
-      Broadcast(Snapshot(MembershipEventKind::kDraining, 0, node_id, draining.getReason().cStr()));
-      ReplyOk(connection, request_id);
-      return;
-    }
-    case proto::Envelope::PROCESS_EXITED:
-      HandleProcessExited(envelope.getProcessExited());
-      ReplyOk(connection, request_id);
-      return;
-    case proto::Envelope::REGISTER_ACTOR:
-      HandleRegisterActor(session, request_id, envelope.getRegisterActor());
-      return;
-    case proto::Envelope::LOOKUP_ACTOR:
-      HandleLookupActor(session, request_id, envelope.getLookupActor());
-      return;
-    default:
-      ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
-                 "the head does not handle message kind " +
-                     std::to_string(static_cast<int>(envelope.which())));
-      return;
+  // One line per kind; the kinds the head only sends (replies, views, errors)
+  // and any it does not know are refused.
+  // clang-format off
+  switch (e.which()) {
+    case E::KV_PUT: return HandleKvPut(session, id, e.getKvPut());
+    case E::KV_GET: return HandleKvGet(session, id, e.getKvGet());
+    case E::KV_WAIT: return HandleKvWait(session, id, e.getKvWait());
+    case E::REGISTER_NODE: return HandleRegisterNode(session, id, e.getRegisterNode());
+    case E::REGISTER_MEMBER: return HandleRegisterMember(session, id, e.getRegisterMember());
+    case E::LEAVE: return HandleLeave(session, id);
+    case E::SUBSCRIBE: return HandleView(session, id, /*subscribe=*/true);
+    case E::GET_VIEW: return HandleView(session, id, /*subscribe=*/false);
+    case E::PUBLISH_VIEW: return HandlePublishView(session, id, e.getPublishView());
+    case E::DRAINING: return HandleDraining(session, id, e.getDraining());
+    case E::PROCESS_EXITED: return HandleProcessExited(session, id, e.getProcessExited());
+    case E::REGISTER_ACTOR: return HandleRegisterActor(session, id, e.getRegisterActor());
+    case E::LOOKUP_ACTOR: return HandleLookupActor(session, id, e.getLookupActor());
+    default: return HandleUnknown(session, id, e.which());
   }
+  // clang-format on
+}
+
+void Head::HandleKvPut(Session& session, uint64_t request_id, proto::KvPut::Reader put) {
+  try {
+    kv_.Put(put.getKey().cStr(), ToBytes(put.getValue()));
+  } catch (const LimitExceededError& e) {
+    Refuse(session.connection, request_id, e.what());
+    return;
+  }
+  NoteKvSize();
+  ReplyOk(session.connection, request_id);
+}
+
+void Head::HandleKvGet(Session& session, uint64_t request_id, proto::KvGet::Reader get) {
+  const std::string key = get.getKey().cStr();
+  try {
+    kv_.CheckKey(key);
+  } catch (const LimitExceededError& e) {
+    Refuse(session.connection, request_id, e.what());
+    return;
+  }
+  auto value = kv_.Get(key);
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  auto kv_value = reply.initKvValue();
+  kv_value.setFound(value.has_value());
+  if (value) kv_value.setValue(AsData(*value));
+  Send(session.connection, message);
+}
+
+void Head::HandleRegisterNode(Session& session, uint64_t request_id,
+                              proto::RegisterNode::Reader request) {
+  const ConnectionPtr& connection = session.connection;
+  if (session.node_id != 0) {
+    ReplyError(connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+               "this connection already registered node " + std::to_string(session.node_id));
+    return;
+  }
+  const std::string name = request.getName().cStr();
+  const std::string too_long =
+      OverLimit("node name", name, options_.limits.max_name_bytes, "max_name_bytes");
+  if (!too_long.empty()) {
+    Refuse(connection, request_id, too_long);
+    return;
+  }
+  session.node_id = ClaimId(
+      request.getPreviousId(), options_.first_node_id,
+      [this](uint64_t id) { return nodes_.count(id) > 0; }, next_node_id_);
+  nodes_[session.node_id] = name;
+  nodes_connected_.store(nodes_.size());
+  ELASTIC_LOG(kInfo, "head",
+              "node " << session.node_id << " (" << nodes_[session.node_id] << ") registered");
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  reply.initNodeRegistered().setNodeId(session.node_id);
+  Send(connection, message);
+}
+
+void Head::HandleLeave(Session& session, uint64_t request_id) {
+  if (session.member_id != 0) {
+    const uint64_t id = session.member_id;
+    session.member_id = 0;
+    RemoveMember(id, MembershipEventKind::kLeft, "left");
+  }
+  ReplyOk(session.connection, request_id);
+}
+
+void Head::HandleView(Session& session, uint64_t request_id, bool subscribe) {
+  if (subscribe) session.subscribed = true;
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  ToProto(Snapshot(MembershipEventKind::kSnapshot, 0, 0, ""), reply.initView());
+  Send(session.connection, message);
+}
+
+void Head::HandlePublishView(Session& session, uint64_t request_id,
+                             proto::PublishView::Reader publish) {
+  std::vector<uint64_t> ids;
+  for (uint64_t id : publish.getMemberIds()) ids.push_back(id);
+  try {
+    PublishOnLoop(ids);
+  } catch (const std::invalid_argument& e) {
+    ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT, e.what());
+    return;
+  }
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  ToProto(Snapshot(MembershipEventKind::kViewChanged, 0, 0, ""), reply.initView());
+  Send(session.connection, message);
+}
+
+void Head::HandleDraining(Session& session, uint64_t request_id, proto::Draining::Reader draining) {
+  const ConnectionPtr& connection = session.connection;
+  const uint64_t node_id = draining.getNodeId();
+  const std::string too_long = OverLimit("draining reason", draining.getReason().cStr(),
+                                         options_.limits.max_reason_bytes, "max_reason_bytes");
+  if (!too_long.empty()) {
+    Refuse(connection, request_id, too_long);
+    return;
+  }
+  if (nodes_.count(node_id) == 0) {
+    ReplyError(connection, request_id, proto::ErrorCode::NOT_FOUND,
+               "no node " + std::to_string(node_id));
+    return;
+  }
+  for (auto& [id, member] : members_) {
+    if (member.info.node_id == node_id) member.info.draining = true;
+  }
+  ELASTIC_LOG(kInfo, "head", "node " << node_id << " is draining: " << draining.getReason().cStr());
+  Broadcast(Snapshot(MembershipEventKind::kDraining, 0, node_id, draining.getReason().cStr()));
+  ReplyOk(connection, request_id);
+}
+
+void Head::HandleUnknown(Session& session, uint64_t request_id, proto::Envelope::Which which) {
+  ReplyError(session.connection, request_id, proto::ErrorCode::INVALID_ARGUMENT,
+             "the head does not handle message kind " + std::to_string(static_cast<int>(which)));
 }
 
 void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait) {
@@ -594,13 +598,15 @@ void Head::HandleRegisterActor(Session& session, uint64_t request_id,
   ReplyOk(session.connection, request_id);
 }
 
-void Head::HandleProcessExited(proto::ProcessExited::Reader exited) {
+void Head::HandleProcessExited(Session& session, uint64_t request_id,
+                               proto::ProcessExited::Reader exited) {
   uint64_t member_id = 0;
   auto it = member_by_pid_.find({exited.getNodeId(), exited.getPid()});
   if (it != member_by_pid_.end()) member_id = it->second;
   const std::string detail = DescribeExit(exited);
   ELASTIC_LOG(kInfo, "head", "node " << exited.getNodeId() << ": " << detail);
   Broadcast(Snapshot(MembershipEventKind::kExited, member_id, exited.getNodeId(), detail));
+  ReplyOk(session.connection, request_id);
 }
 
 void Head::RemoveMember(uint64_t member_id, MembershipEventKind kind, const std::string& detail) {

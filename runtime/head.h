@@ -139,7 +139,20 @@ class Head {
   void OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader envelope);
   void OnClosed(const ConnectionPtr& connection, const std::string& reason);
 
+  // One per kind of request OnMessage dispatches; each answers request_id on
+  // the session's connection.
+  void HandleKvPut(Session& session, uint64_t request_id, proto::KvPut::Reader put);
+  void HandleKvGet(Session& session, uint64_t request_id, proto::KvGet::Reader get);
   void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
+  void HandleRegisterNode(Session& session, uint64_t request_id,
+                          proto::RegisterNode::Reader request);
+  void HandleLeave(Session& session, uint64_t request_id);
+  // SUBSCRIBE (subscribe: updates follow) and GET_VIEW: the membership now.
+  void HandleView(Session& session, uint64_t request_id, bool subscribe);
+  void HandlePublishView(Session& session, uint64_t request_id, proto::PublishView::Reader publish);
+  void HandleDraining(Session& session, uint64_t request_id, proto::Draining::Reader draining);
+  // A kind the head does not handle: an INVALID_ARGUMENT error naming it.
+  void HandleUnknown(Session& session, uint64_t request_id, proto::Envelope::Which which);
   void HandleLookupActor(Session& session, uint64_t request_id, proto::LookupActor::Reader lookup);
   // The id a registering node or member gets: the one it claims (`previous`,
   // from before a head restart) when that one is free, else `next++`.
@@ -149,7 +162,8 @@ class Head {
                             proto::RegisterMember::Reader request);
   void HandleRegisterActor(Session& session, uint64_t request_id,
                            proto::RegisterActor::Reader request);
-  void HandleProcessExited(proto::ProcessExited::Reader exited);
+  void HandleProcessExited(Session& session, uint64_t request_id,
+                           proto::ProcessExited::Reader exited);
 
   // Refusals of requests beyond HeadLimits: "" when `text` (named `what`) is
   // within `limit` bytes, else the reason to refuse.

@@ -1,8 +1,9 @@
 # The control plane of an elastic job: every message between the job
 # controller (an actor in the driver) and the trainer actors (one per worker
-# process), and the controller's journal. Each message is the payload of an
-# actor call (runtime/actor.h) whose method names the struct; docs/elastic.md
-# lists who sends which.
+# process), and the controller's journal. Every actor call (runtime/actor.h)
+# between them carries one message per direction: ToController or ToTrainer,
+# a union whose member says what it is (control_messages.h builds them and
+# maps each struct to its member); docs/elastic.md lists who sends which.
 @0xd4a1b7c9e6f20381;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -16,15 +17,16 @@ struct StatePoint {
   step @2 :Int64;
 }
 
-# Worker -> controller (ask "spec"): the job's flags, the same for every
-# worker wherever it was started.
+# Controller -> worker, the answer to ToController.spec (an ask): the job's
+# flags, the same for every worker wherever it was started.
 struct JobSpec {
   args @0 :List(Text);
   jobId @1 :Text;  # random at the job's start, kept by a controller that takes it over
 }
 
-# Worker -> controller (tell "hello"): this member's trainer actor and the
-# commit it holds in memory (a worker that lost its controller and came back).
+# Worker -> controller (ToController.hello, a tell): this member's trainer
+# actor and the commit it holds in memory (a worker that lost its controller
+# and came back).
 struct Hello {
   memberId @0 :UInt64;
   holdsCommit @1 :Bool;
@@ -46,7 +48,7 @@ struct StateSource {
   state @3 :Data;       # controllerCopy, rank 0's message only
 }
 
-# Controller -> every member of a view (tell "generation").
+# Controller -> every member of a view (ToTrainer.generation, a tell).
 struct Generation {
   generation @0 :UInt64;
   memberIds @1 :List(UInt64);   # ranks are positions in this list
@@ -57,19 +59,20 @@ struct Generation {
                                 # it comes from a member, the controller's copy is older
 }
 
-# Controller -> rank 0 (tell "request"): stop at a commit point so that
-# joins and leaves can be applied.
+# Controller -> rank 0 (ToTrainer.request, a tell): stop at a commit point so
+# that joins and leaves can be applied.
 struct StopRequest {
   generation @0 :UInt64;
   atNextCommit @1 :Bool;  # false: at the next epoch boundary
 }
 
-# Controller -> a member that is not (or no longer) in a view (tell "over").
+# Controller -> a member that is not (or no longer) in a view (ToTrainer.over,
+# a tell).
 struct JobOver {
   reason @0 :Text;
 }
 
-# Rank 0 -> controller (tell "progress"), after every step.
+# Rank 0 -> controller (ToController.progress, a tell), after every step.
 struct Progress {
   generation @0 :UInt64;
   epoch @1 :Int64;        # 0-based
@@ -83,7 +86,8 @@ struct Progress {
   world @9 :Int32;
 }
 
-# Rank 0 -> controller (tell "epoch"), after each epoch's evaluation.
+# Rank 0 -> controller (ToController.epoch, a tell), after each epoch's
+# evaluation.
 struct EpochSummary {
   epoch @0 :Int64;        # 1-based, as printed
   epochs @1 :Int64;
@@ -97,7 +101,7 @@ struct EpochSummary {
   arithmetic @9 :Text;    # rank 0's precision and memory format, e.g. "bf16, channels-last"
 }
 
-# Rank 0 -> controller (tell "commit"), at every commit point.
+# Rank 0 -> controller (ToController.commit, a tell), at every commit point.
 struct CommitReport {
   generation @0 :UInt64;
   point @1 :StatePoint;
@@ -106,8 +110,8 @@ struct CommitReport {
   memberId @4 :UInt64;       # who reports: rank 0 every commit, every rank a stop
 }
 
-# Rank 0 -> controller (tell "synced"): the generation restored its state and
-# agrees on it.
+# Rank 0 -> controller (ToController.synced, a tell): the generation restored
+# its state and agrees on it.
 struct Synced {
   generation @0 :UInt64;
   point @1 :StatePoint;
@@ -115,21 +119,23 @@ struct Synced {
   state @3 :Data;  # the state synced, when the order asked (Generation.sendCopy)
 }
 
-# Rank 0 -> controller (tell "first-step"): wall-clock time of the
-# generation's first step, for the rescale time.
+# Rank 0 -> controller (ToController.firstStep, a tell): wall-clock time of
+# the generation's first step, for the rescale time.
 struct FirstStep {
   generation @0 :UInt64;
   wallSeconds @1 :Float64;
 }
 
-# Rank 0 -> controller (tell "checkpoint"): a checkpoint file now holds `point`.
+# Rank 0 -> controller (ToController.checkpoint, a tell): a checkpoint file
+# now holds `point`.
 struct CheckpointWritten {
   point @0 :StatePoint;
   path @1 :Text;
 }
 
-# Any member -> controller (tell "fault"): a collective failed or timed out,
-# or the state source could not be read; the controller re-forms the generation.
+# Any member -> controller (ToController.fault, a tell): a collective failed
+# or timed out, or the state source could not be read; the controller
+# re-forms the generation.
 struct Fault {
   generation @0 :UInt64;
   memberId @1 :UInt64;
@@ -137,12 +143,12 @@ struct Fault {
   stateUnavailable @3 :Bool;  # rank 0 could not load the source it was given
 }
 
-# A member -> controller (tell "draining"): it got SIGTERM.
+# A member -> controller (ToController.draining, a tell): it got SIGTERM.
 struct Draining {
   memberId @0 :UInt64;
 }
 
-# Rank 0 -> controller (ask "done"): the job trained every epoch.
+# Rank 0 -> controller (ToController.done, an ask): the job trained every epoch.
 struct Done {
   epochs @0 :Int64;
   steps @1 :Int64;
@@ -151,8 +157,8 @@ struct Done {
   generation @4 :UInt64;  # the generation that trained the last step
 }
 
-# A member -> controller (tell "stats"): its cumulative allreduce and step
-# time record (worker_stats.h).
+# A member -> controller (ToController.stats, a tell): its cumulative
+# allreduce and step time record (worker_stats.h).
 struct WorkerStats {
   memberId @0 :UInt64;
   generation @1 :UInt64;
@@ -161,6 +167,39 @@ struct WorkerStats {
   allreduceBuckets @4 :List(UInt64);
   allreduceSeconds @5 :Float64;
   allreduceBytes @6 :UInt64;
+}
+
+# Every message to the job controller. The member's type is the message's
+# struct above; Void members carry nothing. Ordinals only grow: a new member
+# gets the next number, and a receiver that does not know it (or gets `unset`)
+# answers it as unimplemented and goes on.
+struct ToController {
+  union {
+    unset @0 :Void;                  # nothing set: refused as unimplemented
+    spec @1 :Void;                   # ask: answered with a JobSpec message
+    hello @2 :Hello;
+    progress @3 :Progress;
+    epoch @4 :EpochSummary;
+    commit @5 :CommitReport;
+    synced @6 :Synced;
+    firstStep @7 :FirstStep;
+    checkpoint @8 :CheckpointWritten;
+    fault @9 :Fault;
+    draining @10 :Draining;
+    done @11 :Done;                  # ask: answered (empty) once the controller knows
+    stats @12 :WorkerStats;
+    tick @13 :Void;                  # the controller's own clock (its tick thread)
+  }
+}
+
+# Every message to a worker's trainer actor.
+struct ToTrainer {
+  union {
+    unset @0 :Void;                  # nothing set: refused as unimplemented
+    generation @1 :Generation;
+    request @2 :StopRequest;
+    over @3 :JobOver;
+  }
 }
 
 # The controller's journal in --state-dir (journal.h): what a restarted

@@ -9,80 +9,70 @@
 namespace elastic::trainer {
 namespace {
 
-// Reads every pointer of a T message (what a handler that reads every field
-// would touch) and returns the reader for field-level conversions.
-template <typename T>
-void ReadWhole(const std::string& payload, const char* what) {
-  MessageBytes bytes(payload, what);
-  (void)bytes.Get<T>().totalSize();
+// Reads every pointer of a member (what a handler that reads every field
+// would touch).
+template <typename Reader>
+void ReadWhole(Reader reader) {
+  (void)reader.totalSize();
 }
 
-void Receive(int kind, const std::string& payload) {
-  TrainerInbox inbox([](uint64_t) {});
-  switch (kind) {
-    case 0:
-      inbox.Receive(kMethodGeneration, payload);
-      (void)inbox.Next(0, {});
+// Reads a ToController message as the controller does (driver.cc): its
+// member in full, with the conversions to plain structs.
+void ReadToController(const std::string& payload) {
+  MessageBytes bytes(payload, "ToController");
+  const proto::ToController::Reader message = bytes.Get<proto::ToController>();
+  switch (message.which()) {
+    case proto::ToController::SPEC:
+    case proto::ToController::TICK:
       return;
-    case 1:
-      inbox.Receive(kMethodRequest, payload);
-      return;
-    case 2:
-      inbox.Receive(kMethodOver, payload);
-      (void)inbox.Over();
-      return;
-    case 3: {
-      MessageBytes bytes(payload, "job spec");
-      (void)ToStrings(bytes.Get<proto::JobSpec>().getArgs());
-      (void)std::string(bytes.Get<proto::JobSpec>().getJobId().cStr());
-      return;
-    }
-    case 4: {
-      MessageBytes bytes(payload, "hello");
-      const proto::Hello::Reader hello = bytes.Get<proto::Hello>();
+    case proto::ToController::HELLO: {
+      const proto::Hello::Reader hello = message.getHello();
       if (hello.getHoldsCommit()) (void)FromProto(hello.getCommit());
       return;
     }
-    case 5:
-      return ReadWhole<proto::Progress>(payload, "progress");
-    case 6:
-      return ReadWhole<proto::EpochSummary>(payload, "epoch summary");
-    case 7: {
-      MessageBytes bytes(payload, "commit report");
-      const proto::CommitReport::Reader commit = bytes.Get<proto::CommitReport>();
+    case proto::ToController::PROGRESS:
+      return ReadWhole(message.getProgress());
+    case proto::ToController::EPOCH:
+      return ReadWhole(message.getEpoch());
+    case proto::ToController::COMMIT: {
+      const proto::CommitReport::Reader commit = message.getCommit();
       (void)FromProto(commit.getPoint());
       (void)commit.getState().size();
       return;
     }
-    case 8: {
-      MessageBytes bytes(payload, "synced");
-      (void)FromProto(bytes.Get<proto::Synced>().getPoint());
+    case proto::ToController::SYNCED:
+      (void)FromProto(message.getSynced().getPoint());
       return;
-    }
-    case 9:
-      return ReadWhole<proto::FirstStep>(payload, "first step");
-    case 10: {
-      MessageBytes bytes(payload, "checkpoint written");
-      const proto::CheckpointWritten::Reader written = bytes.Get<proto::CheckpointWritten>();
+    case proto::ToController::FIRST_STEP:
+      return ReadWhole(message.getFirstStep());
+    case proto::ToController::CHECKPOINT: {
+      const proto::CheckpointWritten::Reader written = message.getCheckpoint();
       (void)FromProto(written.getPoint());
       (void)std::string(written.getPath().cStr());
       return;
     }
-    case 11: {
-      MessageBytes bytes(payload, "fault");
-      (void)std::string(bytes.Get<proto::Fault>().getReason().cStr());
+    case proto::ToController::FAULT:
+      (void)std::string(message.getFault().getReason().cStr());
       return;
-    }
-    case 12:
-      return ReadWhole<proto::Draining>(payload, "draining");
-    case 13:
-      return ReadWhole<proto::Done>(payload, "done");
-    case 14: {
-      MessageBytes bytes(payload, "worker stats");
-      (void)FromProto(bytes.Get<proto::WorkerStats>());
+    case proto::ToController::DRAINING:
+      return ReadWhole(message.getDraining());
+    case proto::ToController::DONE:
+      return ReadWhole(message.getDone());
+    case proto::ToController::STATS:
+      (void)FromProto(message.getStats());
       return;
-    }
+    case proto::ToController::UNSET:
+      break;
   }
+  RefuseUnimplemented("job controller", message);
+}
+
+void Receive(int kind, const std::string& payload) {
+  if (kind == kFuzzToController) return ReadToController(payload);
+  TrainerInbox inbox([](uint64_t) {});
+  inbox.Receive(kControlCall, payload);
+  (void)inbox.Next(0, {});
+  (void)inbox.Over();
 }
 
 }  // namespace

@@ -1,9 +1,59 @@
 #include "trainer/elastic/control_messages.h"
 
+#include <capnp/schema.h>
+
 #include <cstring>
 #include <stdexcept>
 
 namespace elastic::trainer {
+namespace {
+
+template <typename Union>
+std::string NameOf(typename Union::Reader message) {
+  const uint16_t which = static_cast<uint16_t>(message.which());
+  KJ_IF_MAYBE (field, capnp::Schema::from<Union>().getFieldByDiscriminant(which)) {
+    return field->getProto().getName().cStr();
+  }
+  return "#" + std::to_string(which) + " (unknown to this build)";
+}
+
+template <typename Union>
+[[noreturn]] void Refuse(const char* receiver, typename Union::Reader message,
+                         const char* union_name) {
+  throw Unimplemented(std::string(receiver) + ": unimplemented message " + union_name + "." +
+                      NameOf<Union>(message));
+}
+
+}  // namespace
+
+std::string SpecRequest() {
+  return EncodeMessage<proto::ToController>([](proto::ToController::Builder m) { m.setSpec(); });
+}
+
+std::string Tick() {
+  return EncodeMessage<proto::ToController>([](proto::ToController::Builder m) { m.setTick(); });
+}
+
+std::string MemberName(proto::ToController::Reader message) {
+  return NameOf<proto::ToController>(message);
+}
+
+std::string MemberName(proto::ToTrainer::Reader message) {
+  return NameOf<proto::ToTrainer>(message);
+}
+
+void RefuseUnimplemented(const char* receiver, proto::ToController::Reader message) {
+  Refuse<proto::ToController>(receiver, message, "ToController");
+}
+
+void RefuseUnimplemented(const char* receiver, proto::ToTrainer::Reader message) {
+  Refuse<proto::ToTrainer>(receiver, message, "ToTrainer");
+}
+
+void RefuseUnimplemented(const char* receiver, const std::string& method) {
+  throw Unimplemented(std::string(receiver) + ": unimplemented method '" + method +
+                      "' (control messages come as '" + kControlCall + "')");
+}
 
 MessageBytes::MessageBytes(const std::string& bytes, const char* what) : what_(what) {
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0)

@@ -25,17 +25,17 @@ class ControllerLink {
 
   // Sends a message of type T, filled by fill, to the controller.
   template <typename T, typename Fill>
-  void Tell(const char* method, Fill fill) const {
+  void Tell(Fill fill) const {
     try {
-      controller_.Tell(method, EncodeMessage<T>(fill));
+      controller_.Tell(kControlCall, EncodeControl<T>(fill));
     } catch (const std::exception& e) {
-      Log("could not reach the controller (%s): %s", method, e.what());
+      Log("could not reach the controller (%s): %s", ControlMember<T>::kName, e.what());
     }
   }
-  // An ask, answered within `timeout`; throws what the actor system throws.
-  std::string Ask(const char* method, const std::string& payload,
-                  std::chrono::milliseconds timeout) const {
-    return controller_.Ask(method, payload, timeout).get();
+  // An ask (a ToController message), answered within `timeout`; throws what
+  // the actor system throws.
+  std::string Ask(const std::string& message, std::chrono::milliseconds timeout) const {
+    return controller_.Ask(kControlCall, message, timeout).get();
   }
 
   // "[worker <member id> pid <pid>] text" on stderr, flushed.

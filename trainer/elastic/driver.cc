@@ -157,22 +157,38 @@ class ControllerActor : public runtime::Actor {
     if (taken_over && !copy_.empty()) stored_copy_ = taken_over->journal.copy;
   }
 
+  // Two kinds of calls come in. The runtime's membership updates keep the
+  // form the runtime gives them (ForwardMembershipTo: its own method, an
+  // EncodeMembershipUpdate payload): the runtime knows nothing of this
+  // schema. Everything else, the trainers' messages and this actor's own
+  // ticks, is one ToController message, dispatched on its member; what is not
+  // implemented here is refused (an AskError for an ask) and the next message taken.
   std::string Receive(const std::string& method, const std::string& payload) override {
-    if (method == runtime::kMembershipMethod) return OnMembership(payload), "";
-    if (method == kMethodTick) return OnTick(), "";
-    if (method == kMethodSpec) return OnSpec();
-    if (method == kMethodHello) return OnHello(payload), "";
-    if (method == kMethodProgress) return OnProgress(payload), "";
-    if (method == kMethodEpoch) return OnEpoch(payload), "";
-    if (method == kMethodCommit) return OnCommit(payload), "";
-    if (method == kMethodSynced) return OnSynced(payload), "";
-    if (method == kMethodFirstStep) return OnFirstStep(payload), "";
-    if (method == kMethodCheckpoint) return OnCheckpoint(payload), "";
-    if (method == kMethodFault) return OnFault(payload), "";
-    if (method == kMethodDraining) return OnDraining(payload), "";
-    if (method == kMethodDone) return OnDone(payload), "";
-    if (method == kMethodStats) return OnStats(payload), "";
-    throw std::invalid_argument("job controller: unknown method '" + method + "'");
+    if (method == runtime::kMembershipMethod)
+      return OnMembership(runtime::DecodeMembershipUpdate(payload)), "";
+    if (method != kControlCall) RefuseUnimplemented("job controller", method);
+    MessageBytes bytes(payload, "ToController");
+    const proto::ToController::Reader m = bytes.Get<proto::ToController>();
+    // One line per member.
+    // clang-format off
+    switch (m.which()) {
+      case proto::ToController::TICK: return OnTick(), "";
+      case proto::ToController::SPEC: return OnSpec();
+      case proto::ToController::HELLO: return OnHello(m.getHello()), "";
+      case proto::ToController::PROGRESS: return OnProgress(m.getProgress()), "";
+      case proto::ToController::EPOCH: return OnEpoch(m.getEpoch()), "";
+      case proto::ToController::COMMIT: return OnCommit(m.getCommit()), "";
+      case proto::ToController::SYNCED: return OnSynced(m.getSynced()), "";
+      case proto::ToController::FIRST_STEP: return OnFirstStep(m.getFirstStep()), "";
+      case proto::ToController::CHECKPOINT: return OnCheckpoint(m.getCheckpoint()), "";
+      case proto::ToController::FAULT: return OnFault(m.getFault()), "";
+      case proto::ToController::DRAINING: return OnDraining(m.getDraining()), "";
+      case proto::ToController::DONE: return OnDone(m.getDone()), "";
+      case proto::ToController::STATS: return OnStats(m.getStats()), "";
+      case proto::ToController::UNSET: break;
+    }
+    // clang-format on
+    RefuseUnimplemented("job controller", m);  // unset, or a member this build does not know
   }
 
   // The exit status, once the job is over.
@@ -184,24 +200,26 @@ class ControllerActor : public runtime::Actor {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count();
   }
   void Feed(const Event& event) { Execute(machine_.Handle(event, NowMs())); }
+  // Exhaustive at compile time: an action type without its Carry overload
+  // below has no function to call and does not compile.
   void Execute(const std::vector<Action>& actions) {
     for (const Action& a : actions) std::visit([this](const auto& x) { Carry(x); }, a);
   }
 
-  void OnMembership(const std::string& payload);
+  void OnMembership(const MembershipUpdate& update);
   void OnTick();
   std::string OnSpec();
-  void OnHello(const std::string& payload);
-  void OnProgress(const std::string& payload);
-  void OnEpoch(const std::string& payload);
-  void OnCommit(const std::string& payload);
-  void OnSynced(const std::string& payload);
-  void OnFirstStep(const std::string& payload);
-  void OnCheckpoint(const std::string& payload);
-  void OnFault(const std::string& payload);
-  void OnDraining(const std::string& payload);
-  void OnDone(const std::string& payload);
-  void OnStats(const std::string& payload);
+  void OnHello(proto::Hello::Reader hello);
+  void OnProgress(proto::Progress::Reader p);
+  void OnEpoch(proto::EpochSummary::Reader e);
+  void OnCommit(proto::CommitReport::Reader c);
+  void OnSynced(proto::Synced::Reader s);
+  void OnFirstStep(proto::FirstStep::Reader f);
+  void OnCheckpoint(proto::CheckpointWritten::Reader written);
+  void OnFault(proto::Fault::Reader f);
+  void OnDraining(proto::Draining::Reader draining);
+  void OnDone(proto::Done::Reader d);
+  void OnStats(proto::WorkerStats::Reader stats);
   // A view newer than any seen: says so and tells the metrics.
   void OnNewView(const runtime::MembershipView& view);
 
@@ -220,8 +238,8 @@ class ControllerActor : public runtime::Actor {
   // `exit_code` kNotFinished while the job goes on.
   static constexpr int kNotFinished = -1;
   void WriteJournalNow(int exit_code);
-  // Tells the trainer actor of `member` (nothing if it is gone).
-  void TellTrainer(uint64_t member, const char* method, const std::string& payload);
+  // Tells the trainer actor of `member` (nothing if it is gone) a ToTrainer message.
+  void TellTrainer(uint64_t member, const std::string& message);
 
   const ElasticOptions& elastic_;
   const TrainOptions& train_;
@@ -289,8 +307,7 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   }
 }
 
-void ControllerActor::OnMembership(const std::string& payload) {
-  const MembershipUpdate update = runtime::DecodeMembershipUpdate(payload);
+void ControllerActor::OnMembership(const MembershipUpdate& update) {
   switch (update.kind) {
     case runtime::MembershipEventKind::kFailed:
       metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
@@ -350,9 +367,7 @@ std::string ControllerActor::OnSpec() {
   });
 }
 
-void ControllerActor::OnHello(const std::string& payload) {
-  MessageBytes bytes(payload, "hello");
-  const proto::Hello::Reader hello = bytes.Get<proto::Hello>();
+void ControllerActor::OnHello(proto::Hello::Reader hello) {
   // Only a member the head still has: one that died since has already been
   // reported gone, and must not come back as a ghost.
   const MembershipUpdate m = head_.Membership();
@@ -363,9 +378,7 @@ void ControllerActor::OnHello(const std::string& payload) {
   Feed(event::Registered{member->id, member->node_id, holds});
 }
 
-void ControllerActor::OnProgress(const std::string& payload) {
-  MessageBytes bytes(payload, "progress");
-  const proto::Progress::Reader p = bytes.Get<proto::Progress>();
+void ControllerActor::OnProgress(proto::Progress::Reader p) {
   ProgressReport report;
   report.generation = p.getGeneration();
   report.epoch = p.getEpoch();
@@ -389,9 +402,7 @@ void ControllerActor::OnProgress(const std::string& payload) {
                  report.accuracy, report.lr);
 }
 
-void ControllerActor::OnEpoch(const std::string& payload) {
-  MessageBytes bytes(payload, "epoch summary");
-  const proto::EpochSummary::Reader e = bytes.Get<proto::EpochSummary>();
+void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   // An epoch redone after a failure between its summary and its boundary
   // commit reports twice; the first one stands.
   if (e.getEpoch() <= printed_epoch_) return;
@@ -418,9 +429,7 @@ void ControllerActor::OnEpoch(const std::string& payload) {
   metrics_.OnEpoch(report);
 }
 
-void ControllerActor::OnCommit(const std::string& payload) {
-  MessageBytes bytes(payload, "commit report");
-  const proto::CommitReport::Reader c = bytes.Get<proto::CommitReport>();
+void ControllerActor::OnCommit(proto::CommitReport::Reader c) {
   const bool copy = c.getState().size() > 0;
   if (copy && c.getGeneration() == machine_.generation())
     KeepCopy(c.getState(), FromProto(c.getPoint()));
@@ -450,9 +459,7 @@ void ControllerActor::KeepCopy(const capnp::Data::Reader& state, const StatePoin
   }
 }
 
-void ControllerActor::OnSynced(const std::string& payload) {
-  MessageBytes bytes(payload, "synced");
-  const proto::Synced::Reader s = bytes.Get<proto::Synced>();
+void ControllerActor::OnSynced(proto::Synced::Reader s) {
   const bool copy = s.getState().size() > 0 && s.getGeneration() == machine_.generation();
   if (copy) {
     KeepCopy(s.getState(), FromProto(s.getPoint()));
@@ -463,9 +470,7 @@ void ControllerActor::OnSynced(const std::string& payload) {
   Feed(event::Synced{s.getGeneration(), FromProto(s.getPoint()), copy});
 }
 
-void ControllerActor::OnFirstStep(const std::string& payload) {
-  MessageBytes bytes(payload, "first step");
-  const proto::FirstStep::Reader f = bytes.Get<proto::FirstStep>();
+void ControllerActor::OnFirstStep(proto::FirstStep::Reader f) {
   if (first_step_seen_ || f.getGeneration() != generation_) return;
   first_step_seen_ = true;
   const double since_view =
@@ -480,26 +485,20 @@ void ControllerActor::OnFirstStep(const std::string& payload) {
   metrics_.OnRescale(since_view);
 }
 
-void ControllerActor::OnCheckpoint(const std::string& payload) {
-  MessageBytes bytes(payload, "checkpoint");
-  Feed(event::CheckpointWritten{FromProto(bytes.Get<proto::CheckpointWritten>().getPoint())});
+void ControllerActor::OnCheckpoint(proto::CheckpointWritten::Reader written) {
+  Feed(event::CheckpointWritten{FromProto(written.getPoint())});
 }
 
-void ControllerActor::OnFault(const std::string& payload) {
-  MessageBytes bytes(payload, "fault");
-  const proto::Fault::Reader f = bytes.Get<proto::Fault>();
+void ControllerActor::OnFault(proto::Fault::Reader f) {
   Feed(event::Fault{f.getGeneration(), f.getMemberId(), f.getReason().cStr(),
                     f.getStateUnavailable()});
 }
 
-void ControllerActor::OnDraining(const std::string& payload) {
-  MessageBytes bytes(payload, "draining");
-  Feed(event::Draining{bytes.Get<proto::Draining>().getMemberId()});
+void ControllerActor::OnDraining(proto::Draining::Reader draining) {
+  Feed(event::Draining{draining.getMemberId()});
 }
 
-void ControllerActor::OnDone(const std::string& payload) {
-  MessageBytes bytes(payload, "done");
-  const proto::Done::Reader d = bytes.Get<proto::Done>();
+void ControllerActor::OnDone(proto::Done::Reader d) {
   char line[256];
   const MetricLabel final_metric{metric_.long_name, metric_.percent, metric_.long_name};
   std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test %s%s",
@@ -510,9 +509,7 @@ void ControllerActor::OnDone(const std::string& payload) {
   Feed(event::Done{d.getGeneration()});
 }
 
-void ControllerActor::OnStats(const std::string& payload) {
-  MessageBytes bytes(payload, "worker stats");
-  const proto::WorkerStats::Reader stats = bytes.Get<proto::WorkerStats>();
+void ControllerActor::OnStats(proto::WorkerStats::Reader stats) {
   try {
     metrics_.OnWorkerStats(stats.getMemberId(), FromProto(stats));
   } catch (const std::invalid_argument& e) {
@@ -561,7 +558,7 @@ void ControllerActor::Carry(const action::StartGeneration& start) {
         ToString(start.source.kind) + " (" + ToString(start.source.point) + ")");
   }
   for (size_t rank = 0; rank < start.members.size(); ++rank) {
-    const std::string payload = EncodeMessage<proto::Generation>([&](proto::Generation::Builder g) {
+    const std::string message = EncodeControl<proto::Generation>([&](proto::Generation::Builder g) {
       g.setGeneration(start.generation);
       auto ids = g.initMemberIds(static_cast<unsigned>(start.members.size()));
       for (size_t i = 0; i < start.members.size(); ++i)
@@ -577,22 +574,20 @@ void ControllerActor::Carry(const action::StartGeneration& start) {
       g.setReason(start.reason);
       g.setSendCopy(start.send_copy);
     });
-    TellTrainer(start.members[rank], kMethodGeneration, payload);
+    TellTrainer(start.members[rank], message);
   }
 }
 
 void ControllerActor::Carry(const action::RequestStop& request) {
-  TellTrainer(request.member, kMethodRequest,
-              EncodeMessage<proto::StopRequest>([&](proto::StopRequest::Builder r) {
+  TellTrainer(request.member, EncodeControl<proto::StopRequest>([&](proto::StopRequest::Builder r) {
                 r.setGeneration(request.generation);
                 r.setAtNextCommit(request.at_next_commit);
               }));
 }
 
 void ControllerActor::Carry(const action::TellOver& over) {
-  TellTrainer(
-      over.member, kMethodOver,
-      EncodeMessage<proto::JobOver>([&](proto::JobOver::Builder o) { o.setReason(over.reason); }));
+  TellTrainer(over.member, EncodeControl<proto::JobOver>(
+                               [&](proto::JobOver::Builder o) { o.setReason(over.reason); }));
 }
 
 void ControllerActor::Carry(const action::WriteCopy& write) {
@@ -623,15 +618,14 @@ void ControllerActor::Carry(const action::Finish& finish) {
   finished_.set_value(finish.exit_code);
 }
 
-void ControllerActor::TellTrainer(uint64_t member, const char* method, const std::string& payload) {
+void ControllerActor::TellTrainer(uint64_t member, const std::string& message) {
   const MembershipUpdate m = head_.Membership();
   const MemberInfo* info = FindMember(m, member);
   if (info == nullptr) return;
   try {
-    actors_.Remote(kTrainerActor, info->endpoint).Tell(method, payload);
+    actors_.Remote(kTrainerActor, info->endpoint).Tell(kControlCall, message);
   } catch (const std::exception& e) {
-    Say("driver: could not tell worker " + std::to_string(member) + " (" + method +
-        "): " + e.what());
+    Say("driver: could not tell worker " + std::to_string(member) + ": " + e.what());
   }
 }
 
@@ -875,8 +869,9 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   runtime::ForwardMembershipTo(client, ref);
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {
+    const std::string tick = Tick();
     while (ticking.load()) {
-      ref.Tell(kMethodTick, "");
+      ref.Tell(kControlCall, tick);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });

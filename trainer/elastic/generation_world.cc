@@ -79,12 +79,12 @@ void GenerationWorld::OnProgress(const StepReport& r) {
   if (rank_ != 0) return;
   const ControllerLink& controller = *services_.controller;
   if (r.first) {
-    controller.Tell<proto::FirstStep>(kMethodFirstStep, [&](proto::FirstStep::Builder m) {
+    controller.Tell<proto::FirstStep>([&](proto::FirstStep::Builder m) {
       m.setGeneration(generation_);
       m.setWallSeconds(Now());
     });
   }
-  controller.Tell<proto::Progress>(kMethodProgress, [&](proto::Progress::Builder m) {
+  controller.Tell<proto::Progress>([&](proto::Progress::Builder m) {
     m.setGeneration(generation_);
     m.setEpoch(r.at.epoch);
     m.setStep(r.at.step);
@@ -101,7 +101,7 @@ void GenerationWorld::OnProgress(const StepReport& r) {
 void PublishStats(const WorkerServices& services, bool always) {
   const ControllerLink& controller = *services.controller;
   const WorkerStatsPublisher::Sink send = [&](const WorkerStatsRecord& record) {
-    controller.Tell<proto::WorkerStats>(kMethodStats, [&](proto::WorkerStats::Builder m) {
+    controller.Tell<proto::WorkerStats>([&](proto::WorkerStats::Builder m) {
       ToProto(controller.member_id(), record, m);
     });
   };
@@ -120,8 +120,7 @@ void GenerationWorld::OnCommit(const CommitReport& report) {
   if (rank_ != 0 && !report.stop) return;
   const bool copy = services_.copies->AtCommit(rank_, report.stop).send;
   const std::string state = copy ? SealedCopy(*report.commit, services_) : std::string();
-  services_.controller->Tell<proto::CommitReport>(
-      kMethodCommit, [&](proto::CommitReport::Builder m) {
+  services_.controller->Tell<proto::CommitReport>([&](proto::CommitReport::Builder m) {
         m.setGeneration(generation_);
         ToProto(report.at, m.initPoint());
         if (!state.empty()) m.setState(runtime::AsData(state));
@@ -131,7 +130,7 @@ void GenerationWorld::OnCommit(const CommitReport& report) {
 }
 
 void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
-  services_.controller->Tell<proto::EpochSummary>(kMethodEpoch, [&](proto::EpochSummary::Builder m) {
+  services_.controller->Tell<proto::EpochSummary>([&](proto::EpochSummary::Builder m) {
     m.setEpoch(s.epoch);
     m.setEpochs(s.epochs);
     m.setWorld(s.world);
@@ -147,8 +146,7 @@ void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
 
 void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
   services_.controller->Log("checkpoint written to %s", path.c_str());
-  services_.controller->Tell<proto::CheckpointWritten>(
-      kMethodCheckpoint, [&](proto::CheckpointWritten::Builder m) {
+  services_.controller->Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
         ToProto(at, m.initPoint());
         m.setPath(path);
       });
@@ -156,7 +154,7 @@ void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path
 
 void GenerationWorld::OnFinished(const StatePoint& at, double metric, bool early_stopped) {
   // An ask: the controller has the final numbers before any worker leaves.
-  const std::string done = EncodeMessage<proto::Done>([&](proto::Done::Builder m) {
+  const std::string done = EncodeControl<proto::Done>([&](proto::Done::Builder m) {
     m.setEpochs(at.epoch);
     m.setSteps(at.step);
     m.setTestAccuracy(metric);
@@ -164,7 +162,7 @@ void GenerationWorld::OnFinished(const StatePoint& at, double metric, bool early
     m.setGeneration(generation_);
   });
   try {
-    services_.controller->Ask(kMethodDone, done, std::chrono::seconds(30));
+    services_.controller->Ask(done, std::chrono::seconds(30));
   } catch (const std::exception& e) {
     services_.controller->Log("the controller did not acknowledge the end of the job: %s",
                               e.what());

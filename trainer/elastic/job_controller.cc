@@ -69,23 +69,23 @@ std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
       out_.push_back(action::TellOver{registered->member, over_reason_});
     return std::move(out_);
   }
-  std::visit(
-      [this](const auto& e) {
-        using T = std::decay_t<decltype(e)>;
-        if constexpr (std::is_same_v<T, event::Tick>) OnTick();
-        if constexpr (std::is_same_v<T, event::Registered>) OnRegistered(e);
-        if constexpr (std::is_same_v<T, event::Gone>) OnGone(e);
-        if constexpr (std::is_same_v<T, event::Exited>) ++exited_;
-        if constexpr (std::is_same_v<T, event::ViewChanged>) OnViewChanged(e);
-        if constexpr (std::is_same_v<T, event::Draining>) OnDraining(e);
-        if constexpr (std::is_same_v<T, event::Commit>) OnCommit(e);
-        if constexpr (std::is_same_v<T, event::Synced>) OnSynced(e);
-        if constexpr (std::is_same_v<T, event::CheckpointWritten>) OnCheckpointWritten(e);
-        if constexpr (std::is_same_v<T, event::Fault>) OnFault(e);
-        if constexpr (std::is_same_v<T, event::Done>) OnDone(e);
-        if constexpr (std::is_same_v<T, event::StopSignal>) OnStopSignal(e);
-      },
-      event);
+  // One line per event type and no generic case: an event added to Event
+  // without its line here does not compile.
+  std::visit(Overloaded{
+                 [this](const event::Tick&) { OnTick(); },
+                 [this](const event::Registered& e) { OnRegistered(e); },
+                 [this](const event::Gone& e) { OnGone(e); },
+                 [this](const event::Exited&) { ++exited_; },
+                 [this](const event::ViewChanged& e) { OnViewChanged(e); },
+                 [this](const event::Draining& e) { OnDraining(e); },
+                 [this](const event::Commit& e) { OnCommit(e); },
+                 [this](const event::Synced& e) { OnSynced(e); },
+                 [this](const event::CheckpointWritten& e) { OnCheckpointWritten(e); },
+                 [this](const event::Fault& e) { OnFault(e); },
+                 [this](const event::Done& e) { OnDone(e); },
+                 [this](const event::StopSignal& e) { OnStopSignal(e); },
+             },
+             event);
   // Whatever changed, the decisions that depend on the whole state are taken now.
   if (!finished_) OnTick();
   return std::move(out_);

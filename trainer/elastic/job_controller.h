@@ -1,6 +1,6 @@
 // The decisions of an elastic job's controller, as a pure state machine:
 // events in, actions out, no clock, no threads, no sockets. The controller
-// actor (controller_actor.h) turns membership updates and the trainers'
+// actor (ControllerActor in driver.cc) turns membership updates and the trainers'
 // messages into events and carries the actions out; the tests drive this
 // class alone (job_controller_test.cc).
 //
@@ -189,6 +189,16 @@ struct Finish {     // the job is over: wait for everyone to leave, exit with co
 using Action =
     std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
                  action::Say, action::WriteCopy, action::Journal, action::Finish>;
+
+// A visitor from one lambda per alternative, for std::visit over Event and
+// Action: with no generic (auto) lambda among them, an alternative without its
+// lambda fails to compile instead of being dropped.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 class JobController {
  public:

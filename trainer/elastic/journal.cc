@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <kj/array.h>
 #include <kj/exception.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +15,9 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "runtime/atomic_file.h"
 #include "trainer/elastic/control.capnp.h"
+#include "trainer/elastic/control_messages.h"
 
 namespace elastic::trainer {
 namespace {
@@ -64,16 +65,6 @@ std::string Hex(uint64_t value) {
     value >>= 4;
   }
   return out;
-}
-
-void ToProto(const StatePoint& point, proto::StatePoint::Builder builder) {
-  builder.setEpoch(point.epoch);
-  builder.setPosition(point.position);
-  builder.setStep(point.step);
-}
-
-StatePoint FromProto(proto::StatePoint::Reader point) {
-  return {point.getEpoch(), point.getPosition(), point.getStep()};
 }
 
 // The payload: the record as a flat-array Cap'n Proto message.
@@ -141,66 +132,6 @@ JournalRecord Decode(const std::string& path, const std::string& payload) {
   }
 }
 
-// Writes all of `bytes` to `fd`.
-void WriteAll(int fd, const std::string& bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw ErrnoError(path, "cannot write", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-}
-
-// The temporary file being written: closed and removed unless Commit()ed.
-class TempFile {
- public:
-  explicit TempFile(const std::string& journal) : path_(journal + ".tmp.XXXXXX") {
-    fd_ = ::mkostemp(path_.data(), O_CLOEXEC);  // O_CREAT | O_EXCL, a unique name
-    if (fd_ < 0) throw ErrnoError(journal, "cannot create a temporary file " + path_, errno);
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-
-  // Closes the file, reporting what close() reports (a delayed write error).
-  void Close() {
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) throw ErrnoError(path_, "cannot close", errno);
-  }
-
-  // Renames the file to `journal`; from here on it is no longer removed.
-  void RenameTo(const std::string& journal) {
-    if (::rename(path_.c_str(), journal.c_str()) != 0)
-      throw ErrnoError(journal, "cannot rename " + path_ + " over it", errno);
-    committed_ = true;
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-// Makes a rename in `dir` durable.
-void SyncDirectory(const std::string& dir, const std::string& journal) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw ErrnoError(journal, "cannot open its directory " + dir + " to sync it", errno);
-  const int result = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (result != 0) throw ErrnoError(journal, "cannot sync its directory " + dir, error);
-}
-
 }  // namespace
 
 std::string JournalPath(const std::string& dir) {
@@ -220,12 +151,12 @@ void WriteJournal(const std::string& dir, const JournalRecord& record) {
   PutLittleEndian(payload.size(), bytes);
   bytes.append(reinterpret_cast<const char*>(payload.begin()), payload.size());
 
-  TempFile temp(path);
-  WriteAll(temp.fd(), bytes, temp.path());
-  if (::fsync(temp.fd()) != 0) throw ErrnoError(temp.path(), "cannot sync", errno);
-  temp.Close();
-  temp.RenameTo(path);
-  SyncDirectory(dir.empty() ? "." : dir, path);
+  try {
+    // Temporary file, fsync, rename, fsync of the directory; 0600 (the job's flags).
+    runtime::WriteFileAtomically(path, bytes, 0600);
+  } catch (const runtime::FileWriteError& e) {
+    throw Error(path, e.what());
+  }
 }
 
 std::optional<JournalRecord> ReadJournal(const std::string& dir) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "runtime/frame.h"
 #include "trainer/elastic/control_messages.h"
 
 namespace elastic::trainer {
@@ -16,15 +17,22 @@ TrainerInbox::TrainerInbox(std::function<void(uint64_t)> on_newer_generation)
     : on_newer_generation_(std::move(on_newer_generation)) {}
 
 std::string TrainerInbox::Receive(const std::string& method, const std::string& payload) {
-  if (method == kMethodGeneration) return OnGeneration(payload), "";
-  if (method == kMethodRequest) return OnRequest(payload), "";
-  if (method == kMethodOver) return OnOver(payload), "";
-  throw std::invalid_argument("trainer actor: unknown method '" + method + "'");
+  if (method != kControlCall) RefuseUnimplemented("trainer actor", method);
+  MessageBytes bytes(payload, "ToTrainer");
+  const proto::ToTrainer::Reader message = bytes.Get<proto::ToTrainer>();
+  // One line per member.
+  // clang-format off
+  switch (message.which()) {
+    case proto::ToTrainer::GENERATION: return OnGeneration(message.getGeneration()), "";
+    case proto::ToTrainer::REQUEST: return OnRequest(message.getRequest()), "";
+    case proto::ToTrainer::OVER: return OnOver(message.getOver()), "";
+    case proto::ToTrainer::UNSET: break;
+  }
+  // clang-format on
+  RefuseUnimplemented("trainer actor", message);  // unset, or a member this build does not know
 }
 
-void TrainerInbox::OnGeneration(const std::string& payload) {
-  MessageBytes bytes(payload, "generation");
-  const proto::Generation::Reader message = bytes.Get<proto::Generation>();
+void TrainerInbox::OnGeneration(proto::Generation::Reader message) {
   GenerationOrder order;
   order.generation = message.getGeneration();
   for (uint64_t id : message.getMemberIds()) order.members.push_back(id);
@@ -32,8 +40,7 @@ void TrainerInbox::OnGeneration(const std::string& payload) {
   order.source.kind = FromProto(source.getKind());
   order.source.rank = source.getRank();
   order.source.point = FromProto(source.getPoint());
-  const capnp::Data::Reader state = source.getState();
-  order.state.assign(reinterpret_cast<const char*>(state.begin()), state.size());
+  order.state = runtime::ToBytes(source.getState());
   order.stop = message.getStop().cStr();
   order.reason = message.getReason().cStr();
   order.send_copy = message.getSendCopy();
@@ -49,17 +56,14 @@ void TrainerInbox::OnGeneration(const std::string& payload) {
   on_newer_generation_(generation);
 }
 
-void TrainerInbox::OnRequest(const std::string& payload) {
-  MessageBytes bytes(payload, "stop request");
-  const proto::StopRequest::Reader request = bytes.Get<proto::StopRequest>();
+void TrainerInbox::OnRequest(proto::StopRequest::Reader request) {
   std::lock_guard<std::mutex> lock(mutex_);
   bool& now = requests_[request.getGeneration()];
   now = now || request.getAtNextCommit();
 }
 
-void TrainerInbox::OnOver(const std::string& payload) {
-  MessageBytes bytes(payload, "job over");
-  const std::string reason = bytes.Get<proto::JobOver>().getReason().cStr();
+void TrainerInbox::OnOver(proto::JobOver::Reader over) {
+  const std::string reason = over.getReason().cStr();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     over_ = reason;

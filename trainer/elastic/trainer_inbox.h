@@ -1,5 +1,5 @@
 // A worker's trainer actor: where the controller's messages to this worker
-// arrive (control.capnp: Generation, StopRequest, JobOver), kept for the
+// arrive (control.capnp's ToTrainer: generation, request, over), kept for the
 // training thread, which takes them at its own points (between generations,
 // at commit points). LibTorch-free, so it is tested alone.
 #pragma once
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/actor.h"
+#include "trainer/elastic/control.capnp.h"
 #include "trainer/elastic/job_controller.h"
 
 namespace elastic::trainer {
@@ -38,6 +39,8 @@ class TrainerInbox : public runtime::Actor {
   // blocked in a collective of an older one that must be aborted.
   explicit TrainerInbox(std::function<void(uint64_t generation)> on_newer_generation);
 
+  // One ToTrainer message (method kControlCall); anything else is answered
+  // as unimplemented (control_messages.h) and the next message taken.
   std::string Receive(const std::string& method, const std::string& payload) override;
 
   // The newest order for a generation after `after`, waiting up to `timeout`
@@ -50,9 +53,9 @@ class TrainerInbox : public runtime::Actor {
   std::optional<std::string> Over() const;
 
  private:
-  void OnGeneration(const std::string& payload);
-  void OnRequest(const std::string& payload);
-  void OnOver(const std::string& payload);
+  void OnGeneration(proto::Generation::Reader message);
+  void OnRequest(proto::StopRequest::Reader request);
+  void OnOver(proto::JobOver::Reader over);
 
   std::function<void(uint64_t)> on_newer_generation_;
   mutable std::mutex mutex_;

@@ -249,7 +249,7 @@ void Worker::Join() {
   controller_.SetMemberId(member);
   stats_publisher_.SetMemberId(member);
   client_->OnDisconnect([this](const std::string& reason) { OnHeadLost(reason); });
-  controller_.Tell<proto::Hello>(kMethodHello, [&](proto::Hello::Builder m) {
+  controller_.Tell<proto::Hello>([&](proto::Hello::Builder m) {
     m.setMemberId(member);
     m.setHoldsCommit(state_.holds_commit);
     if (state_.holds_commit) ToProto(state_.committed, m.initCommit());
@@ -293,7 +293,7 @@ void Worker::Reconnect() {
               client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1))),
               env_);
           controller = actors_->Remote(kControllerActor, endpoint);
-          MessageBytes bytes(controller.Ask(kMethodSpec, "", std::chrono::seconds(30)).get(),
+          MessageBytes bytes(controller.Ask(kControlCall, SpecRequest(), std::chrono::seconds(30)).get(),
                              "job spec");
           last = {ReconnectAttempt::Result::kAnswered,
                   bytes.Get<proto::JobSpec>().getJobId().cStr(), last.error};
@@ -337,13 +337,13 @@ void Worker::ReportDrainingOnce() {
   if (drain_reported_ || !g_terminate_requested.load()) return;
   drain_reported_ = true;
   controller_.Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
-  controller_.Tell<proto::Draining>(kMethodDraining, [&](proto::Draining::Builder m) {
+  controller_.Tell<proto::Draining>([&](proto::Draining::Builder m) {
     m.setMemberId(controller_.member_id());
   });
 }
 
 void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
-  controller_.Tell<proto::Fault>(kMethodFault, [&](proto::Fault::Builder m) {
+  controller_.Tell<proto::Fault>([&](proto::Fault::Builder m) {
     m.setGeneration(generation_);
     m.setMemberId(controller_.member_id());
     m.setReason(reason);
@@ -426,7 +426,7 @@ void Worker::ReportSynced(const GenerationOrder& order) {
   const bool send =
       CopyWithSynced(order.send_copy, elastic_.state_copy_every, state_.holds_commit).send;
   const std::string state = send ? SealedCopy(state_.commit, Services()) : std::string();
-  controller_.Tell<proto::Synced>(kMethodSynced, [&](proto::Synced::Builder m) {
+  controller_.Tell<proto::Synced>([&](proto::Synced::Builder m) {
     m.setGeneration(generation_);
     ToProto(state_.committed, m.initPoint());
     m.setChecksum(ParameterChecksum(learner_->parameters()));
@@ -438,8 +438,7 @@ void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint&
   if (train_.checkpoint_dir.empty()) return;
   const std::string path = WriteCheckpointIn(train_.checkpoint_dir, learner_bytes);
   controller_.Log("checkpoint written to %s", path.c_str());
-  controller_.Tell<proto::CheckpointWritten>(kMethodCheckpoint,
-                                             [&](proto::CheckpointWritten::Builder m) {
+  controller_.Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
                                                ToProto(point, m.initPoint());
                                                m.setPath(path);
                                              });
@@ -676,7 +675,7 @@ int RunWorker(const TaskFactory& make_task) {
         ControllerEndpoint(head->LookupActor(kControllerActor, std::chrono::seconds(60)), env);
     // The job's flags, the same for every worker wherever it was started.
     const std::string spec = actors->Remote(kControllerActor, controller)
-                                 .Ask(kMethodSpec, "", std::chrono::seconds(60))
+                                 .Ask(kControlCall, SpecRequest(), std::chrono::seconds(60))
                                  .get();
     MessageBytes bytes(spec, "job spec");
     TrainOptions train;
