@@ -87,6 +87,7 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
   job.name = program.name;
   job.title = program.title ? program.title(options) : program.name;
   job.make_task = program.make_task;
+  job.defaults = program.defaults;
   job.metric.name = program.controller_metric;
   job.metric.long_name = program.controller_metric_long;
   job.metric.percent = program.controller_metric_is_fraction;

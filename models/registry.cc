@@ -1,8 +1,7 @@
 #include "models/registry.h"
 
-#include <mutex>
-
 #include <functional>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 

@@ -92,3 +92,34 @@ TEST(ResNet8Test, OverfitsATinyRandomBatch) {
 
 }  // namespace
 }  // namespace elastic::models
+
+namespace elastic::models {
+namespace {
+
+// A program's own model, registered from outside models/.
+class Tiny : public Net {
+ public:
+  explicit Tiny(int64_t classes) : fc_(register_module("fc", torch::nn::Linear(4, classes))) {}
+  torch::Tensor forward(torch::Tensor x) override { return fc_->forward(x); }
+
+ private:
+  torch::nn::Linear fc_;
+};
+
+TEST(RegistryTest, AModelRegisteredFromOutsideIsListedAndBuilt) {
+  RegisterModel({"tiny-outside", "a test's own"},
+                [](int64_t classes) { return std::make_shared<Tiny>(classes); });
+  const std::vector<ModelInfo> models = AvailableModels();
+  EXPECT_EQ(models.front().name, "resnet8");
+  EXPECT_EQ(models.back().name, "tiny-outside");
+  EXPECT_EQ(CreateModel("tiny-outside", 3)->forward(torch::zeros({2, 4})).size(1), 3);
+  // A taken name, an empty one or no factory is refused, naming the problem.
+  EXPECT_THROW(RegisterModel({"resnet8", ""}, [](int64_t c) { return std::make_shared<Tiny>(c); }),
+               std::invalid_argument);
+  EXPECT_THROW(RegisterModel({"", ""}, [](int64_t c) { return std::make_shared<Tiny>(c); }),
+               std::invalid_argument);
+  EXPECT_THROW(RegisterModel({"no-factory", ""}, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace elastic::models

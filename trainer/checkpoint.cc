@@ -89,7 +89,8 @@ void CheckNoCheckpointToReplace(const std::string& dir, bool resume) {
 std::string WriteCheckpointIn(const std::string& dir, std::string_view payload) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) throw CheckpointError("cannot create checkpoint directory " + dir + ": " + error.message());
+  if (error)
+    throw CheckpointError("cannot create checkpoint directory " + dir + ": " + error.message());
   const std::string path = CheckpointPath(dir);
   WriteCheckpointFile(path, payload);
   return path;

@@ -27,15 +27,15 @@
 namespace elastic::trainer {
 
 struct LearnerOptions {
-  std::string model_name;  // recorded in the state; a restore into another model fails
+  std::string model_name;    // recorded in the state; a restore into another model fails
   int64_t num_classes = 10;  // recorded in the state too (0 for a model that is no classifier)
   // The loss and metric (objective.h); null: Classification(num_classes, label_smoothing).
   std::shared_ptr<const Objective> objective;
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
-  int64_t patience = 0;  // early stopping; 0: off
+  int64_t patience = 0;        // early stopping; 0: off
   double label_smoothing = 0;  // of the default objective
-  double clip_grad = 0;  // max global L2 norm; 0: off
+  double clip_grad = 0;        // max global L2 norm; 0: off
   // Autocast's precision (precision.h); master weights, gradients and the
   // state stay float32.
   Precision precision = Precision::kFloat32;

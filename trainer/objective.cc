@@ -71,8 +71,7 @@ Classification::Classification(int64_t num_classes, double label_smoothing)
   if (num_classes < 1) throw std::invalid_argument("Classification: needs at least one class");
 }
 
-torch::Tensor Classification::Loss(const torch::Tensor& output,
-                                   const torch::Tensor& target) const {
+torch::Tensor Classification::Loss(const torch::Tensor& output, const torch::Tensor& target) const {
   return CrossEntropy(output, target, label_smoothing_);
 }
 
@@ -113,9 +112,9 @@ torch::Tensor Regression::Loss(const torch::Tensor& output, const torch::Tensor&
 
 double Regression::MetricSum(const torch::Tensor& output, const torch::Tensor& target) const {
   return (output.to(torch::kFloat) - target.to(torch::kFloat).view_as(output))
-      .abs()
-      .sum()
-      .item<double>() /
+             .abs()
+             .sum()
+             .item<double>() /
          static_cast<double>(output.numel() / std::max<int64_t>(1, output.size(0)));
 }
 

@@ -1,9 +1,9 @@
 #include "trainer/progress.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <utility>
-
-#include <unistd.h>
 
 namespace elastic::trainer {
 
@@ -17,8 +17,7 @@ std::string MetricLabel::Format(double value) const {
   return text;
 }
 
-ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every,
-                                   MetricLabel metric)
+ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every, MetricLabel metric)
     : out_(out),
       live_(live),
       log_every_(log_every < 1 ? 1 : log_every),

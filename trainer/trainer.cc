@@ -31,14 +31,14 @@ Arithmetic Choose(const TrainOptions& o, const std::string& model, bool prefers_
       o.precision, device.is_cuda(), DetectCpuFeaturesFor(o.precision, device.is_cuda()));
   a.precision = precision.precision;
   a.channels_last = ChooseChannelsLast(o.memory_format, prefers_channels_last);
-  a.why = std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
-          "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
-          (o.memory_format != "auto"
-               ? "--memory-format=" + o.memory_format
-               : "auto: " + model +
-                     (prefers_channels_last ? " measured faster channels-last"
-                                            : " measured faster contiguous")) +
-          ")";
+  a.why =
+      std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
+      "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
+      (o.memory_format != "auto" ? "--memory-format=" + o.memory_format
+                                 : "auto: " + model +
+                                       (prefers_channels_last ? " measured faster channels-last"
+                                                              : " measured faster contiguous")) +
+      ")";
   return a;
 }
 
@@ -173,8 +173,7 @@ void Trainer::RestoreOrSync() {
   std::exception_ptr read_error;
   if (world_->rank() == 0) {
     try {
-      state_.commit.learner =
-          options_.resume ? ReadCheckpointFile(path) : learner_->CaptureState();
+      state_.commit.learner = options_.resume ? ReadCheckpointFile(path) : learner_->CaptureState();
     } catch (...) {
       read_error = std::current_exception();
     }

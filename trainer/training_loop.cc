@@ -28,10 +28,9 @@ struct TrainingLoop::EpochRun {
   int64_t steps_in_epoch = 0;  // of the whole epoch, for the progress line
 };
 
-std::string BroadcastBytes(Communicator& comm, int root, const std::string* bytes,
-                           uint64_t limit) {
-  int64_t size = comm.rank() == root ? (bytes != nullptr ? static_cast<int64_t>(bytes->size()) : -1)
-                                     : 0;
+std::string BroadcastBytes(Communicator& comm, int root, const std::string* bytes, uint64_t limit) {
+  int64_t size =
+      comm.rank() == root ? (bytes != nullptr ? static_cast<int64_t>(bytes->size()) : -1) : 0;
   comm.Broadcast(&size, 1, DataType::kInt64, root);
   if (size < 0) {
     if (comm.rank() == root) return std::string();  // the caller reports its own error
@@ -90,9 +89,10 @@ void TrainingLoop::Sync(int root, bool root_has_state) {
     // Even a fresh model is sent: the ranks start from the root's bytes, not
     // from the hope that they seeded the same way.
     const std::string sealed = is_root && root_has_state ? state_.commit.Seal(world_.token()) : "";
-    const std::string bytes = BroadcastBytes(*comm, root, root_has_state ? &sealed : nullptr,
-                                             learner_.StateSizeLimit());
-    if (!is_root) state_.commit = Commit::Open(world_.token(), bytes, "rank " + std::to_string(root));
+    const std::string bytes =
+        BroadcastBytes(*comm, root, root_has_state ? &sealed : nullptr, learner_.StateSizeLimit());
+    if (!is_root)
+      state_.commit = Commit::Open(world_.token(), bytes, "rank " + std::to_string(root));
   }
   if (is_root && !root_has_state)
     throw std::runtime_error("this rank holds no training state to send");
@@ -186,9 +186,9 @@ StepStats TrainingLoop::TrainStep(EpochRun& run, const StepShape& shape,
       std::min<int64_t>(shape.step_samples, config_.limits.train_size - p.position);
   world_.BeforeStep(Point(), indices);
   const std::vector<MicroBatch> micro = LoadStep(run, indices, step_total);
-  const double epochs_done = static_cast<double>(p.epoch) +
-                             static_cast<double>(p.position + step_total) /
-                                 static_cast<double>(config_.limits.train_size);
+  const double epochs_done =
+      static_cast<double>(p.epoch) +
+      static_cast<double>(p.position + step_total) / static_cast<double>(config_.limits.train_size);
   const StepStats stats = learner_.Step(micro, epochs_done, hook_.get());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -337,8 +337,8 @@ EvalResult TrainingLoop::EvaluateShard() {
     options.seed = learner_.seed();
     options.channels_last = config_.channels_last;
     Loader loader(task_.test, options);
-    result = Evaluate(learner_.model(), loader, shard, objective, learner_.device(),
-                      config_.precision);
+    result =
+        Evaluate(learner_.model(), loader, shard, objective, learner_.device(), config_.precision);
   }
   Communicator* comm = world_.control();
   if (comm == nullptr) return result;

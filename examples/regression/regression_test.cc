@@ -32,8 +32,9 @@ constexpr int kEpochs = 4;
 // "test mean abs error X" of the final line, or -1.
 double FinalError(const std::string& output) {
   std::smatch m;
-  if (!std::regex_search(output, m, std::regex("done: \\d+ epochs, \\d+ steps, test mean abs "
-                                               "error ([0-9.e+-]+)")))
+  if (!std::regex_search(output, m,
+                         std::regex("done: \\d+ epochs, \\d+ steps, test mean abs "
+                                    "error ([0-9.e+-]+)")))
     return -1;
   return std::stod(m[1]);
 }
@@ -55,11 +56,11 @@ TEST(RegressionExampleTest, TrainsOnItsOwnInOneProcess) {
 
 TEST(RegressionExampleTest, SurvivesAKillAndAJoinWithEverySampleOnce) {
   const std::string dir = FreshTempDir("regression-elastic");
-  Process driver({kExample, "--workers=2", "--epochs=" + std::to_string(kEpochs),
-                  "--commit-every=8", "--log-every=1", "--loader-threads=1",
-                  "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
-                  "--token-file=" + dir + "/token"},
-                 dir + "/driver.log");
+  Process driver(
+      {kExample, "--workers=2", "--epochs=" + std::to_string(kEpochs), "--commit-every=8",
+       "--log-every=1", "--loader-threads=1", "--log-samples=" + dir + "/samples",
+       "--checkpoint-dir=" + dir + "/checkpoint", "--token-file=" + dir + "/token"},
+      dir + "/driver.log");
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
   const pid_t victim = WorkerPid(driver, 1, 1);
@@ -68,14 +69,19 @@ TEST(RegressionExampleTest, SurvivesAKillAndAJoinWithEverySampleOnce) {
   ASSERT_TRUE(WaitForStep(driver, 1, 13)) << WithoutProgress(driver.Output());
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   // A node of two joins while the job goes on.
-  Process joiner({kExample, "--join=127.0.0.1:" + port, "--workers=2",
-                  "--token-file=" + dir + "/token"},
-                 dir + "/join.log");
+  Process joiner(
+      {kExample, "--join=127.0.0.1:" + port, "--workers=2", "--token-file=" + dir + "/token"},
+      dir + "/join.log");
   ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0)
       << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
   const std::string output = driver.Output() + joiner.Output();
   EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << WithoutProgress(output);
+  // The workers, this same binary started by the node agents, train with the
+  // program's defaults (--precision=fp32 among them), not cifar's.
+  EXPECT_TRUE(std::regex_search(
+      output, std::regex("\\[worker \\d+ pid \\d+\\] training on cpu: precision fp32")))
+      << WithoutProgress(output);
   // The joiners trained: some generation had 3 members (the survivor and two).
   EXPECT_TRUE(std::regex_search(output, std::regex("world 3 \\|"))) << WithoutProgress(output);
   const double error = FinalError(driver.Output());

@@ -19,9 +19,8 @@ TensorExamples::TensorExamples(std::string name, torch::Tensor inputs, torch::Te
 }
 
 Batch TensorExamples::Get(const std::vector<int64_t>& indices, const BatchRequest& request) const {
-  const torch::Tensor rows =
-      torch::from_blob(const_cast<int64_t*>(indices.data()),
-                       {static_cast<int64_t>(indices.size())}, torch::kInt64);
+  const torch::Tensor rows = torch::from_blob(
+      const_cast<int64_t*>(indices.data()), {static_cast<int64_t>(indices.size())}, torch::kInt64);
   Batch batch;
   batch.inputs = inputs_.index_select(0, rows);
   if (request.channels_last && batch.inputs.dim() == 4)

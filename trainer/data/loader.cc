@@ -40,9 +40,8 @@ Batch ImageExamples::Get(const std::vector<int64_t>& indices, const BatchRequest
   const Normalization norm = dataset_->normalization();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t sample = indices[i];
-    const Augmentation aug = request.augment
-                                 ? AugmentationFor(request.seed, request.epoch, sample)
-                                 : kNoAugmentation;
+    const Augmentation aug =
+        request.augment ? AugmentationFor(request.seed, request.epoch, sample) : kNoAugmentation;
     AugmentAndNormalize(images + sample * kImageBytes, aug, norm, out + i * kImageBytes,
                         request.channels_last);
     out_labels[i] = labels[sample];

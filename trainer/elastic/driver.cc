@@ -754,7 +754,6 @@ void CheckCopySeal(const std::optional<TakenOver>& taken_over, const std::string
   }
 }
 
-
 // --preemption-notice: drains `agent`'s workers when this machine's notice
 // appears; nullptr when the flag is not set.
 std::unique_ptr<PreemptionWatcher> WatchForPreemption(const ElasticOptions& elastic,
@@ -911,8 +910,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
         " (continue with --resume)");
   if (controller->started()) {
     try {
-      Say("driver: report " +
-          metrics.WriteReport(RunDirectory(elastic), program.title));
+      Say("driver: report " + metrics.WriteReport(RunDirectory(elastic), program.title));
     } catch (const std::exception& e) {
       Say(std::string("driver: warning: no report: ") + e.what());
     }
@@ -954,7 +952,7 @@ int RunJoin(const ElasticOptions& elastic) {
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
                const std::vector<std::string>& args, const Program& program) {
   try {
-    if (elastic.role == "worker") return RunWorker(program.make_task);
+    if (elastic.role == "worker") return RunWorker(program);
     if (!elastic.join.empty()) return RunJoin(elastic);
     // --controller-only is a driver without local workers.
     return RunDriver(elastic, train, args, program);

@@ -24,8 +24,9 @@
 
 namespace elastic::trainer {
 
-// Builds the task from the job's flags; called in every worker (never in the
-// driver, which may run on a machine without the data: --controller-only).
+// Builds the task from the job's flags; called in every worker, and once in a
+// driver with local workers to check it (never in a --controller-only one,
+// which may run on a machine without the data).
 using TaskFactory = std::function<Task(const TrainOptions&)>;
 
 // What the binary trains, as the elastic processes need it.
@@ -34,6 +35,9 @@ struct Program {
   std::string title;           // the run report's title (e.g. "cifar: resnet8 on cifar10")
   MetricLabel metric;          // how the driver's progress lines print the task's metric
   TaskFactory make_task;
+  // The flags' defaults: the job's arguments are parsed over them in every
+  // worker, as in the driver.
+  TrainOptions defaults;
 };
 
 // The program's Main builds the task once before (unless --controller-only):
@@ -42,7 +46,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args, const Program& program);
 int RunJoin(const ElasticOptions& elastic);
 // The worker reads the job's flags from the controller; its own are not used.
-int RunWorker(const TaskFactory& make_task);
+int RunWorker(const Program& program);
 
 // Dispatches on the options to one of the three above.
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,

@@ -101,9 +101,8 @@ void GenerationWorld::OnProgress(const StepReport& r) {
 void PublishStats(const WorkerServices& services, bool always) {
   const ControllerLink& controller = *services.controller;
   const WorkerStatsPublisher::Sink send = [&](const WorkerStatsRecord& record) {
-    controller.Tell<proto::WorkerStats>([&](proto::WorkerStats::Builder m) {
-      ToProto(controller.member_id(), record, m);
-    });
+    controller.Tell<proto::WorkerStats>(
+        [&](proto::WorkerStats::Builder m) { ToProto(controller.member_id(), record, m); });
   };
   if (always) {
     services.stats_publisher->Publish(send);
@@ -121,12 +120,12 @@ void GenerationWorld::OnCommit(const CommitReport& report) {
   const bool copy = services_.copies->AtCommit(rank_, report.stop).send;
   const std::string state = copy ? SealedCopy(*report.commit, services_) : std::string();
   services_.controller->Tell<proto::CommitReport>([&](proto::CommitReport::Builder m) {
-        m.setGeneration(generation_);
-        ToProto(report.at, m.initPoint());
-        if (!state.empty()) m.setState(runtime::AsData(state));
-        m.setStoppedOnRequest(report.stop);
-        m.setMemberId(services_.controller->member_id());
-      });
+    m.setGeneration(generation_);
+    ToProto(report.at, m.initPoint());
+    if (!state.empty()) m.setState(runtime::AsData(state));
+    m.setStoppedOnRequest(report.stop);
+    m.setMemberId(services_.controller->member_id());
+  });
 }
 
 void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
@@ -147,9 +146,9 @@ void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
 void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
   services_.controller->Log("checkpoint written to %s", path.c_str());
   services_.controller->Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
-        ToProto(at, m.initPoint());
-        m.setPath(path);
-      });
+    ToProto(at, m.initPoint());
+    m.setPath(path);
+  });
 }
 
 void GenerationWorld::OnFinished(const StatePoint& at, double metric, bool early_stopped) {

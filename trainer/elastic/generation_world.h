@@ -33,10 +33,10 @@ struct WorkerServices {
   StepWatchdog* watchdog = nullptr;
   CopySchedule* copies = nullptr;
   CopyFrameCheck* frame_check = nullptr;
-  std::FILE* sample_log = nullptr;       // --log-samples (null: off)
-  std::function<void()> poll_draining;   // before each step: SIGTERM reported once
-  std::string token;                     // the cluster token: seals every state
-  int64_t wedge_at_step = -1;            // ELASTIC_TEST_WEDGE_STEP
+  std::FILE* sample_log = nullptr;      // --log-samples (null: off)
+  std::function<void()> poll_draining;  // before each step: SIGTERM reported once
+  std::string token;                    // the cluster token: seals every state
+  int64_t wedge_at_step = -1;           // ELASTIC_TEST_WEDGE_STEP
 };
 
 // The commit sealed for the controller's copy; empty (said once) when one

@@ -252,7 +252,7 @@ class JobController {
   // unless `blacklisted_too`), up to --max-workers with `staying` in the view.
   std::vector<uint64_t> Joinable(size_t staying, bool blacklisted_too = false);
   bool Blacklisted(uint64_t node);
-  // Members holding the newest commit first (rank 0 broadcasts), the order kept otherwise.
+  // Members holding the newest commit first (a holder then broadcasts), the order kept otherwise.
   void SortNewestFirst(std::vector<uint64_t>& ids);
   StateSource SourceFor(const std::vector<uint64_t>& members) const;
   std::optional<StatePoint> NewestAvailable() const;

@@ -43,8 +43,8 @@
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/controller_link.h"
 #include "trainer/elastic/elastic.h"
-#include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/generation_world.h"
+#include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/source_address.h"
 #include "trainer/elastic/step_watchdog.h"
@@ -271,9 +271,8 @@ void Worker::Reconnect() {
     last.error = head_lost_reason_;
   }
   controller_.Log("lost the head at %s:%u (%s); holding %s, reconnecting for up to %lld ms",
-                  env_.head_host.c_str(), static_cast<unsigned>(env_.head_port),
-                  last.error.c_str(), Holding().c_str(),
-                  static_cast<long long>(lost.timeout.count()));
+                  env_.head_host.c_str(), static_cast<unsigned>(env_.head_port), last.error.c_str(),
+                  Holding().c_str(), static_cast<long long>(lost.timeout.count()));
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + lost.timeout;
   std::unique_ptr<runtime::HeadClient> client;
@@ -293,8 +292,9 @@ void Worker::Reconnect() {
               client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1))),
               env_);
           controller = actors_->Remote(kControllerActor, endpoint);
-          MessageBytes bytes(controller.Ask(kControlCall, SpecRequest(), std::chrono::seconds(30)).get(),
-                             "job spec");
+          MessageBytes bytes(
+              controller.Ask(kControlCall, SpecRequest(), std::chrono::seconds(30)).get(),
+              "job spec");
           last = {ReconnectAttempt::Result::kAnswered,
                   bytes.Get<proto::JobSpec>().getJobId().cStr(), last.error};
         } catch (const std::exception& e) {
@@ -337,9 +337,8 @@ void Worker::ReportDrainingOnce() {
   if (drain_reported_ || !g_terminate_requested.load()) return;
   drain_reported_ = true;
   controller_.Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
-  controller_.Tell<proto::Draining>([&](proto::Draining::Builder m) {
-    m.setMemberId(controller_.member_id());
-  });
+  controller_.Tell<proto::Draining>(
+      [&](proto::Draining::Builder m) { m.setMemberId(controller_.member_id()); });
 }
 
 void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
@@ -439,9 +438,9 @@ void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint&
   const std::string path = WriteCheckpointIn(train_.checkpoint_dir, learner_bytes);
   controller_.Log("checkpoint written to %s", path.c_str());
   controller_.Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
-                                               ToProto(point, m.initPoint());
-                                               m.setPath(path);
-                                             });
+    ToProto(point, m.initPoint());
+    m.setPath(path);
+  });
 }
 
 bool Worker::LoadSource(const GenerationOrder& order, int rank) {
@@ -529,8 +528,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
     controller_.Log("generation %llu: rendezvous failed (%s); waiting for the next generation",
                     static_cast<unsigned long long>(generation_), e.what());
     ReportFault(std::string("rendezvous failed: ") + e.what(), false);
-    give_up_ =
-        AfterRendezvousFailure(e.what(), std::chrono::steady_clock::now(), elastic_.rendezvous_timeout);
+    give_up_ = AfterRendezvousFailure(e.what(), std::chrono::steady_clock::now(),
+                                      elastic_.rendezvous_timeout);
     return Outcome::kFailed;
   }
   {
@@ -616,8 +615,8 @@ int Worker::Run() {
   controller_.Log("training on %s: %s", device_.str().c_str(), arithmetic_.why.c_str());
   if (!elastic_.log_samples.empty()) {
     std::filesystem::create_directories(elastic_.log_samples);
-    const std::string path = elastic_.log_samples + "/samples-" +
-                             std::to_string(controller_.member_id()) + ".log";
+    const std::string path =
+        elastic_.log_samples + "/samples-" + std::to_string(controller_.member_id()) + ".log";
     sample_log_ = std::fopen(path.c_str(), "a");
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
@@ -651,7 +650,7 @@ int Worker::Run() {
 
 }  // namespace
 
-int RunWorker(const TaskFactory& make_task) {
+int RunWorker(const Program& program) {
   struct sigaction action {};
   action.sa_handler = OnTerminate;
   ::sigaction(SIGTERM, &action, nullptr);
@@ -678,11 +677,11 @@ int RunWorker(const TaskFactory& make_task) {
                                  .Ask(kControlCall, SpecRequest(), std::chrono::seconds(60))
                                  .get();
     MessageBytes bytes(spec, "job spec");
-    TrainOptions train;
+    TrainOptions train = program.defaults;
     ElasticOptions elastic;
     const proto::JobSpec::Reader job = bytes.Get<proto::JobSpec>();
     ParseJobArgs(ToStrings(job.getArgs()), &train, &elastic);
-    Task task = make_task(train);
+    Task task = program.make_task(train);
     task.Check();
     Worker worker(std::move(head), std::move(actors), controller, train, elastic,
                   job.getJobId().cStr(), env, std::move(task));
