@@ -152,10 +152,10 @@ TrainingLoop::End TrainingLoop::Run() {
       if (stop) return End::kStopped;
     }
   }
-  // --max-steps ended the job inside an epoch: that epoch is evaluated and
-  // summarised as --help promises (EpochBoundary ends nothing it did not train).
-  if (!state_.stopped_early && p.position > 0 && !EpochTrained(config_.limits, p.position))
-    EpochBoundary(shape);
+  // --max-steps ended the job inside an epoch, or at its last step: that
+  // epoch is evaluated and summarised as --help promises, and ended if it was
+  // trained (EpochBoundary ends nothing it did not train).
+  if (!state_.stopped_early && p.position > 0) EpochBoundary(shape);
   FinishTraining();
   return End::kFinished;
 }
