@@ -27,7 +27,8 @@ using elastic::tests::WorkerPid;
 
 constexpr char kExample[] = "examples/regression/regression";
 constexpr int64_t kTrainSamples = 3072;  // the example's generated training set
-constexpr int kEpochs = 4;
+// Enough epochs (each a fraction of a second) for the joiners to arrive and train.
+constexpr int kEpochs = 40;
 
 // "test mean abs error X" of the final line, or -1.
 double FinalError(const std::string& output) {
