@@ -27,8 +27,12 @@ Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
 }
 
 Task ZooTaskFromOptions(const TrainOptions& options) {
-  return ZooTask(options, LoadDataset(options.dataset, options.data_dir, Split::kTrain),
-                 LoadDataset(options.dataset, options.data_dir, Split::kTest));
+  // The training split first: a bad --data-dir is reported for it.
+  std::shared_ptr<const Dataset> train =
+      LoadDataset(options.dataset, options.data_dir, Split::kTrain);
+  std::shared_ptr<const Dataset> test =
+      LoadDataset(options.dataset, options.data_dir, Split::kTest);
+  return ZooTask(options, std::move(train), std::move(test));
 }
 
 }  // namespace elastic::trainer
