@@ -38,6 +38,7 @@
 #include "models/registry.h"
 #include "trainer/data/examples.h"
 #include "trainer/objective.h"
+#include "trainer/progress.h"
 #include "trainer/task.h"
 #include "trainer/train_options.h"
 
@@ -53,6 +54,7 @@ using trainer::BatchRequest;
 using trainer::Classification;
 using trainer::EvalResult;
 using trainer::Examples;
+using trainer::MetricLabel;
 using trainer::Objective;
 using trainer::Regression;
 using trainer::Task;
@@ -75,9 +77,7 @@ struct Program {
   std::function<std::string(const TrainOptions&)> title;
   // How a --controller-only driver, which builds no task, prints the metric
   // (every other process takes it from the task's objective).
-  std::string controller_metric = "acc";
-  std::string controller_metric_long = "accuracy";
-  bool controller_metric_is_fraction = true;
+  MetricLabel controller_metric;
   // The flags' defaults (a recipe that fits the task); the command line
   // overrides them and --help shows them.
   TrainOptions defaults;

@@ -37,12 +37,10 @@ int ListModels() {
 
 void PrintDone(const trainer::TrainResult& result, const trainer::Task& task) {
   // "test accuracy 91.20%", "test mean abs error 0.0312".
-  const trainer::MetricLabel metric{task.objective->metric_name(),
-                                    task.objective->metric_is_fraction()};
   std::printf("done: %lld epochs, %lld steps, test %s, %.0f train img/s%s\n",
               static_cast<long long>(result.epochs_completed), static_cast<long long>(result.steps),
-              metric.Format(result.last_eval.metric()).c_str(), result.train_images_per_second,
-              result.early_stopped ? " (early stop)" : "");
+              trainer::MetricLabelOf(*task.objective).FormatLong(result.last_eval.metric()).c_str(),
+              result.train_images_per_second, result.early_stopped ? " (early stop)" : "");
   if (result.last_eval.count == 0 || result.last_eval.class_count.empty()) return;
   std::printf("test accuracy by class:");
   for (size_t c = 0; c < task.class_names.size() && c < result.last_eval.class_count.size(); ++c)
@@ -83,14 +81,12 @@ int RunMpiRank(TrainOptions options, const Program& program) {
 // worker, and a download happens once.
 int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOptions& options,
                   const std::vector<std::string>& args, const Program& program) {
-  trainer::Program job;
+  trainer::JobProgram job;
   job.name = program.name;
   job.title = program.title ? program.title(options) : program.name;
   job.make_task = program.make_task;
   job.defaults = program.defaults;
-  job.metric.name = program.controller_metric;
-  job.metric.long_name = program.controller_metric_long;
-  job.metric.percent = program.controller_metric_is_fraction;
+  job.metric = program.controller_metric;
   const bool driver_with_workers = elastic_options.role != "worker" &&
                                    elastic_options.join.empty() && !elastic_options.controller_only;
   if (driver_with_workers) {

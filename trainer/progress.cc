@@ -7,14 +7,24 @@
 
 namespace elastic::trainer {
 
-std::string MetricLabel::Format(double value) const {
-  char text[64];
+namespace {
+
+std::string FormatMetric(const std::string& name, bool percent, double value) {
+  char text[96];
   if (percent) {
     std::snprintf(text, sizeof(text), "%s %.2f%%", name.c_str(), 100 * value);
   } else {
     std::snprintf(text, sizeof(text), "%s %.4g", name.c_str(), value);
   }
   return text;
+}
+
+}  // namespace
+
+std::string MetricLabel::Format(double value) const { return FormatMetric(name, percent, value); }
+
+std::string MetricLabel::FormatLong(double value) const {
+  return FormatMetric(long_name, percent, value);
 }
 
 ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every, MetricLabel metric)

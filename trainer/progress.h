@@ -29,9 +29,10 @@ struct EpochSummary {
 // How the task's metric is printed: "acc 91.20%" or "mae 0.0312".
 struct MetricLabel {
   std::string name = "acc";
-  bool percent = true;                 // a fraction shown as a percentage
-  std::string long_name = "accuracy";  // in the final line: "test accuracy 91.20%"
-  std::string Format(double value) const;
+  bool percent = true;                         // a fraction shown as a percentage
+  std::string long_name = "accuracy";          // in the final line: "test accuracy 91.20%"
+  std::string Format(double value) const;      // "acc 91.20%"
+  std::string FormatLong(double value) const;  // "accuracy 91.20%"
 };
 
 class ProgressReporter {

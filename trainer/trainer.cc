@@ -94,7 +94,6 @@ LearnerOptions MakeLearnerOptions(const TrainOptions& o, const Task& task,
   l.schedule.plateau_patience = o.plateau_patience;
   l.schedule.plateau_factor = o.plateau_factor;
   l.patience = o.patience;
-  l.label_smoothing = o.label_smoothing;
   l.clip_grad = o.clip_grad;
   l.precision = arithmetic.precision;
   l.channels_last = arithmetic.channels_last;

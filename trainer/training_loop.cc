@@ -62,12 +62,6 @@ TrainingLoop::TrainingLoop(const Task& task, const LoopConfig& config, Learner& 
       world_(world),
       sampler_(config.limits.train_size, learner.seed()),
       last_eval_(task.objective->num_classes()) {
-  LoaderOptions filler;
-  filler.batch_size = 1;
-  filler.augment = false;
-  filler.threads = 1;
-  filler.channels_last = config_.channels_last;
-  filler_ = std::make_unique<Loader>(task_.train, filler);
   if (world_.data() != nullptr)
     hook_ = std::make_unique<SummingGradientHook>(learner_.parameters(), *world_.data());
 }
@@ -211,6 +205,14 @@ std::vector<MicroBatch> TrainingLoop::LoadStep(EpochRun& run, const std::vector<
     // No share of this step (a short last step, or more ranks than
     // --global-batch): take part with a zero-weighted sample so that every
     // rank runs the same collectives.
+    if (!filler_) {
+      LoaderOptions filler;
+      filler.batch_size = 1;
+      filler.augment = false;
+      filler.threads = 1;
+      filler.channels_last = config_.channels_last;
+      filler_ = std::make_unique<Loader>(task_.train, filler);
+    }
     filler_->Start({run.permutation[0]}, static_cast<uint64_t>(learner_.progress().epoch));
     const std::optional<Batch> next = filler_->Next();
     if (!next) throw std::logic_error("the filler loader produced no batch");
@@ -351,7 +353,9 @@ EvalResult TrainingLoop::EvaluateShard() {
 void TrainingLoop::FinishTraining() {
   world_.OnRanksAgreeAtEnd(CheckRanksAgree("end"));
   if (world_.rank() != 0) return;
-  WriteCheckpoint(learner_.CaptureState(), Point());
+  // The boundary that ended training committed the state already.
+  const bool committed = state_.holds_commit && state_.committed == Point();
+  WriteCheckpoint(committed ? state_.commit.learner : learner_.CaptureState(), Point());
   world_.OnFinished(Point(), state_.last_metric, state_.stopped_early);
 }
 

@@ -105,7 +105,8 @@ class TrainingLoop {
   LoopState& state_;
   World& world_;
   ElasticSampler sampler_;
-  std::unique_ptr<Loader> filler_;  // one-sample batches for a rank with no share of a step
+  // One-sample batches for a rank with no share of a step (made when first needed).
+  std::unique_ptr<Loader> filler_;
   std::unique_ptr<SummingGradientHook> hook_;
   // Sums of the steps since the last commit point.
   struct Pending {

@@ -159,6 +159,21 @@ TEST_F(FashionMnist, ResumeGivesBitwiseTheSameWeights) {
   }
 }
 
+// --max-steps reached at an epoch's last step: that epoch is evaluated and
+// ended (the next run goes on at the following epoch), not left trained but
+// open.
+TEST_F(FashionMnist, MaxStepsAtTheEndOfAnEpochEndsThatEpoch) {
+  TrainOptions o = ShortRun();
+  o.max_steps = 6;  // 384 samples in steps of 64
+  Trainer trainer(o, train_, test_, stdout);
+  const TrainResult result = trainer.Run();
+  EXPECT_EQ(result.steps, 6);
+  EXPECT_EQ(result.epochs_completed, 1);
+  EXPECT_EQ(result.last_eval.count, 256);
+  EXPECT_EQ(trainer.learner().progress().epoch, 1);
+  EXPECT_EQ(trainer.learner().progress().position, 0);
+}
+
 TEST_F(FashionMnist, CorruptOrForeignCheckpointIsAClearError) {
   TrainOptions o = ShortRun();
   o.checkpoint_dir = TempDir("corrupt");

@@ -74,9 +74,7 @@ int main(int argc, char** argv) {
       "Trains a small MLP to regress a nonlinear function of 8 generated features: an example\n"
       "of a trainer written against the public API (api/elastic.h), with every flag of cifar.";
   program.make_task = RegressionTask;
-  program.controller_metric = "mean abs error";
-  program.controller_metric_long = "mean abs error";
-  program.controller_metric_is_fraction = false;
+  program.controller_metric = {"mean abs error", /*percent=*/false, "mean abs error"};
   // A recipe for this task: Adam with a constant rate, small batches, no
   // image augmentation, full precision (an MLP gains nothing from bf16).
   program.defaults.optimizer = "adam";

@@ -34,14 +34,6 @@ std::string Tick() {
   return EncodeMessage<proto::ToController>([](proto::ToController::Builder m) { m.setTick(); });
 }
 
-std::string MemberName(proto::ToController::Reader message) {
-  return NameOf<proto::ToController>(message);
-}
-
-std::string MemberName(proto::ToTrainer::Reader message) {
-  return NameOf<proto::ToTrainer>(message);
-}
-
 void RefuseUnimplemented(const char* receiver, proto::ToController::Reader message) {
   Refuse<proto::ToController>(receiver, message, "ToController");
 }

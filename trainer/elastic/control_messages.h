@@ -132,10 +132,6 @@ SourceKind FromProto(proto::StateSource::Kind kind);
 
 std::vector<std::string> ToStrings(capnp::List<capnp::Text>::Reader list);
 
-// The name of a union's member as control.capnp spells it ("progress"), or
-// its number for one this build does not know.
-std::string MemberName(proto::ToController::Reader message);
-std::string MemberName(proto::ToTrainer::Reader message);
 // Throws Unimplemented: `receiver` does not handle `message` (the default of
 // a dispatch switch), or a call named `method` (another than kControlCall).
 [[noreturn]] void RefuseUnimplemented(const char* receiver, proto::ToController::Reader message);

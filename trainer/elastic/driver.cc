@@ -500,10 +500,9 @@ void ControllerActor::OnDraining(proto::Draining::Reader draining) {
 
 void ControllerActor::OnDone(proto::Done::Reader d) {
   char line[256];
-  const MetricLabel final_metric{metric_.long_name, metric_.percent, metric_.long_name};
   std::snprintf(line, sizeof(line), "done: %lld epochs, %lld steps, test %s%s",
                 static_cast<long long>(d.getEpochs()), static_cast<long long>(d.getSteps()),
-                final_metric.Format(d.getTestAccuracy()).c_str(),
+                metric_.FormatLong(d.getTestAccuracy()).c_str(),
                 d.getEarlyStop() ? " (early stop)" : "");
   reporter_.Note(line);
   Feed(event::Done{d.getGeneration()});
@@ -793,7 +792,7 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
 }
 
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args, const Program& program) {
+              const std::vector<std::string>& args, const JobProgram& program) {
   monitoring::MetricsOptions metrics_options;
   metrics_options.address = elastic.metrics_address;
   metrics_options.port = elastic.metrics_port;
@@ -950,7 +949,7 @@ int RunJoin(const ElasticOptions& elastic) {
 }
 
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args, const Program& program) {
+               const std::vector<std::string>& args, const JobProgram& program) {
   try {
     if (elastic.role == "worker") return RunWorker(program);
     if (!elastic.join.empty()) return RunJoin(elastic);

@@ -9,7 +9,7 @@
 // hands them to every worker through the controller's job spec, so that all
 // workers of a job, wherever they were started, train with the same flags.
 // Workers are this same binary (/proc/self/exe --role=worker), so the same
-// Program builds the same Task in every one of them.
+// JobProgram builds the same Task in every one of them.
 #pragma once
 
 #include <functional>
@@ -30,7 +30,7 @@ namespace elastic::trainer {
 using TaskFactory = std::function<Task(const TrainOptions&)>;
 
 // What the binary trains, as the elastic processes need it.
-struct Program {
+struct JobProgram {
   std::string name = "cifar";  // the prefix of its error lines
   std::string title;           // the run report's title (e.g. "cifar: resnet8 on cifar10")
   MetricLabel metric;          // how the driver's progress lines print the task's metric
@@ -43,13 +43,13 @@ struct Program {
 // The program's Main builds the task once before (unless --controller-only):
 // a bad --data-dir is then one error instead of one per worker.
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args, const Program& program);
+              const std::vector<std::string>& args, const JobProgram& program);
 int RunJoin(const ElasticOptions& elastic);
 // The worker reads the job's flags from the controller; its own are not used.
-int RunWorker(const Program& program);
+int RunWorker(const JobProgram& program);
 
 // Dispatches on the options to one of the three above.
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args, const Program& program);
+               const std::vector<std::string>& args, const JobProgram& program);
 
 }  // namespace elastic::trainer

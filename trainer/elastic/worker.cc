@@ -157,7 +157,9 @@ class Worker {
     return state_.holds_commit ? "the commit at " + ToString(state_.committed)
                                : std::string("no commit");
   }
-  WorkerServices Services();
+  // What every generation's world borrows from this process (Run sets it up).
+  WorkerServices MakeServices();
+  WorkerServices services_;
 
   TrainOptions train_;
   ElasticOptions elastic_;
@@ -206,7 +208,7 @@ class Worker {
   std::shared_ptr<TrainerInbox> inbox_;
 };
 
-WorkerServices Worker::Services() {
+WorkerServices Worker::MakeServices() {
   WorkerServices s;
   s.controller = &controller_;
   s.inbox = inbox_.get();
@@ -424,7 +426,7 @@ void Worker::ReportSynced(const GenerationOrder& order) {
   // steps in between again.
   const bool send =
       CopyWithSynced(order.send_copy, elastic_.state_copy_every, state_.holds_commit).send;
-  const std::string state = send ? SealedCopy(state_.commit, Services()) : std::string();
+  const std::string state = send ? SealedCopy(state_.commit, services_) : std::string();
   controller_.Tell<proto::Synced>([&](proto::Synced::Builder m) {
     m.setGeneration(generation_);
     ToProto(state_.committed, m.initPoint());
@@ -541,8 +543,7 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
       grad_comm_->Abort();
     }
   }
-  const WorkerServices services = Services();
-  GenerationWorld generation(services, generation_, rank, world, comm.get(),
+  GenerationWorld generation(services_, generation_, rank, world, comm.get(),
                              nccl ? nccl.get() : comm.get());
   if (rank == 0) {
     const StepShape shape = ShapeSteps(elastic_.global_batch, train_.batch_size, world, rank);
@@ -581,7 +582,7 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
     live_comm_ = nullptr;
     grad_comm_ = nullptr;
   }
-  PublishStats(services, true);  // the generation's last counts, before this worker may leave
+  PublishStats(services_, true);  // the generation's last counts, before this worker may leave
   return outcome;
 }
 
@@ -621,6 +622,7 @@ int Worker::Run() {
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   }
+  services_ = MakeServices();
   controller_.Log("registered (node %llu) from %s; waiting for a generation",
                   static_cast<unsigned long long>(env_.node_id), collectives_host_.c_str());
 
@@ -650,7 +652,7 @@ int Worker::Run() {
 
 }  // namespace
 
-int RunWorker(const Program& program) {
+int RunWorker(const JobProgram& program) {
   struct sigaction action {};
   action.sa_handler = OnTerminate;
   ::sigaction(SIGTERM, &action, nullptr);
