@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "runtime/auth.h"
+#include "runtime/head_reconnect.h"
 #include "runtime/log.h"
 
 extern char** environ;
@@ -42,7 +43,6 @@ HeadClientOptions HeadOptionsOf(const NodeAgentOptions& options) {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 // How often an agent that lost its head tries to reach it again.
-constexpr auto kReconnectInterval = std::chrono::milliseconds(250);
 
 // One past the largest descriptor this process can hold (the RLIMIT_NOFILE
 // soft limit). Read before fork: getrlimit is not async-signal-safe by POSIX.
@@ -199,25 +199,21 @@ void NodeAgent::WatchHead() {
     ELASTIC_LOG(kWarning, "node-agent",
                 "lost the connection to the head at "
                     << HeadAddress() << " (" << reason << "); keeping " << workers
-                    << " workers running and reconnecting every " << kReconnectInterval.count()
+                    << " workers running and reconnecting every " << kHeadReconnectInterval.count()
                     << " ms for up to " << options_.head_reconnect_timeout.count() << " ms");
     next_reconnect_ = Clock::now();
     last_reconnect_error_.clear();
   }
   const Clock::time_point now = Clock::now();
   if (now < next_reconnect_) return;
-  const Clock::time_point deadline = lost_at + options_.head_reconnect_timeout;
-  if (now >= deadline) {
+  const HeadReconnectWindow window(lost_at, options_.head_reconnect_timeout);
+  if (!window.Open(now)) {
     GiveUpOnHead(last_reconnect_error_);
     return;
   }
-  next_reconnect_ = now + kReconnectInterval;
-  // An attempt never runs past the deadline (an unreachable host would
-  // otherwise hold the supervisor for the whole connect timeout).
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+  next_reconnect_ = now + kHeadReconnectInterval;
   try {
-    ConnectToHead(
-        std::max(std::chrono::milliseconds(1), std::min(left, options_.transport.connect_timeout)));
+    ConnectToHead(window.AttemptBudget(now, options_.transport.connect_timeout));
   } catch (const std::exception& e) {
     last_reconnect_error_ = e.what();
     ELASTIC_LOG(kDebug, "node-agent", "reconnecting to the head: " << e.what());

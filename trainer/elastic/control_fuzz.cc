@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "trainer/elastic/control_messages.h"
+#include "trainer/elastic/controller_dispatch.h"
 #include "trainer/elastic/trainer_inbox.h"
 #include "trainer/elastic/worker_stats.h"
 
@@ -16,55 +17,38 @@ void ReadWhole(Reader reader) {
   (void)reader.totalSize();
 }
 
-// Reads a ToController message as the controller does (driver.cc): its
-// member in full, with the conversions to plain structs.
+// The controller's handlers, reading each message in full with the
+// conversions to plain structs, as the controller actor's do (driver.cc).
+class ReadingController : public ControllerMessages {
+ public:
+  void OnTick() override {}
+  std::string OnSpec() override { return ""; }
+  void OnHello(proto::Hello::Reader hello) override {
+    if (hello.getHoldsCommit()) (void)FromProto(hello.getCommit());
+  }
+  void OnProgress(proto::Progress::Reader m) override { ReadWhole(m); }
+  void OnEpoch(proto::EpochSummary::Reader m) override { ReadWhole(m); }
+  void OnCommit(proto::CommitReport::Reader commit) override {
+    (void)FromProto(commit.getPoint());
+    (void)commit.getState().size();
+  }
+  void OnSynced(proto::Synced::Reader synced) override { (void)FromProto(synced.getPoint()); }
+  void OnFirstStep(proto::FirstStep::Reader m) override { ReadWhole(m); }
+  void OnCheckpoint(proto::CheckpointWritten::Reader written) override {
+    (void)FromProto(written.getPoint());
+    (void)std::string(written.getPath().cStr());
+  }
+  void OnFault(proto::Fault::Reader fault) override { (void)std::string(fault.getReason().cStr()); }
+  void OnDraining(proto::Draining::Reader m) override { ReadWhole(m); }
+  void OnDone(proto::Done::Reader m) override { ReadWhole(m); }
+  void OnStats(proto::WorkerStats::Reader stats) override { (void)FromProto(stats); }
+};
+
+// A ToController message through the controller's own dispatch.
 void ReadToController(const std::string& payload) {
   MessageBytes bytes(payload, "ToController");
-  const proto::ToController::Reader message = bytes.Get<proto::ToController>();
-  switch (message.which()) {
-    case proto::ToController::SPEC:
-    case proto::ToController::TICK:
-      return;
-    case proto::ToController::HELLO: {
-      const proto::Hello::Reader hello = message.getHello();
-      if (hello.getHoldsCommit()) (void)FromProto(hello.getCommit());
-      return;
-    }
-    case proto::ToController::PROGRESS:
-      return ReadWhole(message.getProgress());
-    case proto::ToController::EPOCH:
-      return ReadWhole(message.getEpoch());
-    case proto::ToController::COMMIT: {
-      const proto::CommitReport::Reader commit = message.getCommit();
-      (void)FromProto(commit.getPoint());
-      (void)commit.getState().size();
-      return;
-    }
-    case proto::ToController::SYNCED:
-      (void)FromProto(message.getSynced().getPoint());
-      return;
-    case proto::ToController::FIRST_STEP:
-      return ReadWhole(message.getFirstStep());
-    case proto::ToController::CHECKPOINT: {
-      const proto::CheckpointWritten::Reader written = message.getCheckpoint();
-      (void)FromProto(written.getPoint());
-      (void)std::string(written.getPath().cStr());
-      return;
-    }
-    case proto::ToController::FAULT:
-      (void)std::string(message.getFault().getReason().cStr());
-      return;
-    case proto::ToController::DRAINING:
-      return ReadWhole(message.getDraining());
-    case proto::ToController::DONE:
-      return ReadWhole(message.getDone());
-    case proto::ToController::STATS:
-      (void)FromProto(message.getStats());
-      return;
-    case proto::ToController::UNSET:
-      break;
-  }
-  RefuseUnimplemented("job controller", message);
+  ReadingController controller;
+  Dispatch(bytes.Get<proto::ToController>(), controller);
 }
 
 void Receive(int kind, const std::string& payload) {

@@ -35,6 +35,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
+#include "trainer/elastic/controller_dispatch.h"
 #include "trainer/elastic/copy_store.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
@@ -128,7 +129,7 @@ RecoveredJob Recovered(const TakenOver& taken_over) {
 // ticks into events, and carries out the actions: views published on the head,
 // orders told to the trainer actors, lines printed, metrics. One message at a
 // time (the actor's strand), so the state machine needs no lock.
-class ControllerActor : public runtime::Actor {
+class ControllerActor : public runtime::Actor, private ControllerMessages {
  public:
   // A new job (`taken_over` empty) or one taken over from its journal.
   ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
@@ -168,27 +169,7 @@ class ControllerActor : public runtime::Actor {
       return OnMembership(runtime::DecodeMembershipUpdate(payload)), "";
     if (method != kControlCall) RefuseUnimplemented("job controller", method);
     MessageBytes bytes(payload, "ToController");
-    const proto::ToController::Reader m = bytes.Get<proto::ToController>();
-    // One line per member.
-    // clang-format off
-    switch (m.which()) {
-      case proto::ToController::TICK: return OnTick(), "";
-      case proto::ToController::SPEC: return OnSpec();
-      case proto::ToController::HELLO: return OnHello(m.getHello()), "";
-      case proto::ToController::PROGRESS: return OnProgress(m.getProgress()), "";
-      case proto::ToController::EPOCH: return OnEpoch(m.getEpoch()), "";
-      case proto::ToController::COMMIT: return OnCommit(m.getCommit()), "";
-      case proto::ToController::SYNCED: return OnSynced(m.getSynced()), "";
-      case proto::ToController::FIRST_STEP: return OnFirstStep(m.getFirstStep()), "";
-      case proto::ToController::CHECKPOINT: return OnCheckpoint(m.getCheckpoint()), "";
-      case proto::ToController::FAULT: return OnFault(m.getFault()), "";
-      case proto::ToController::DRAINING: return OnDraining(m.getDraining()), "";
-      case proto::ToController::DONE: return OnDone(m.getDone()), "";
-      case proto::ToController::STATS: return OnStats(m.getStats()), "";
-      case proto::ToController::UNSET: break;
-    }
-    // clang-format on
-    RefuseUnimplemented("job controller", m);  // unset, or a member this build does not know
+    return Dispatch(bytes.Get<proto::ToController>(), *this);  // controller_dispatch.h
   }
 
   // The exit status, once the job is over.
@@ -207,19 +188,20 @@ class ControllerActor : public runtime::Actor {
   }
 
   void OnMembership(const MembershipUpdate& update);
-  void OnTick();
-  std::string OnSpec();
-  void OnHello(proto::Hello::Reader hello);
-  void OnProgress(proto::Progress::Reader p);
-  void OnEpoch(proto::EpochSummary::Reader e);
-  void OnCommit(proto::CommitReport::Reader c);
-  void OnSynced(proto::Synced::Reader s);
-  void OnFirstStep(proto::FirstStep::Reader f);
-  void OnCheckpoint(proto::CheckpointWritten::Reader written);
-  void OnFault(proto::Fault::Reader f);
-  void OnDraining(proto::Draining::Reader draining);
-  void OnDone(proto::Done::Reader d);
-  void OnStats(proto::WorkerStats::Reader stats);
+  // ControllerMessages: the trainers' messages and the ticks.
+  void OnTick() override;
+  std::string OnSpec() override;
+  void OnHello(proto::Hello::Reader hello) override;
+  void OnProgress(proto::Progress::Reader p) override;
+  void OnEpoch(proto::EpochSummary::Reader e) override;
+  void OnCommit(proto::CommitReport::Reader c) override;
+  void OnSynced(proto::Synced::Reader s) override;
+  void OnFirstStep(proto::FirstStep::Reader f) override;
+  void OnCheckpoint(proto::CheckpointWritten::Reader written) override;
+  void OnFault(proto::Fault::Reader f) override;
+  void OnDraining(proto::Draining::Reader draining) override;
+  void OnDone(proto::Done::Reader d) override;
+  void OnStats(proto::WorkerStats::Reader stats) override;
   // A view newer than any seen: says so and tells the metrics.
   void OnNewView(const runtime::MembershipView& view);
 
@@ -791,6 +773,110 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
   return config;
 }
 
+namespace {
+
+runtime::HeadOptions HeadOptionsFor(const ElasticOptions& elastic,
+                                    const std::optional<TakenOver>& taken_over) {
+  runtime::HeadOptions options;
+  if (taken_over) {
+    // One past the journal's generation: a view published just before the
+    // old driver died may not have reached the journal.
+    options.first_generation = taken_over->journal.generation + 1;
+    options.first_member_id = std::max<uint64_t>(1, taken_over->journal.next_member_id);
+    options.first_node_id = std::max<uint64_t>(1, taken_over->journal.next_node_id);
+  }
+  options.listen_host = elastic.listen;
+  options.port = static_cast<uint16_t>(elastic.port);
+  options.admit_joins = false;
+  options.transport = TransportFor(elastic);
+  if (!elastic.token_file.empty()) {
+    // Creates the file only where none exists (atomically: a second driver
+    // racing this one uses the token that won); the head then reads and
+    // checks whichever file is there.
+    if (runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken())) {
+      Say("driver: wrote a new cluster token to " + elastic.token_file + " (mode 0600)");
+    }
+    options.token_file = elastic.token_file;
+  }
+  return options;
+}
+
+// The controller actor listens where the head does, on the next port: a
+// worker reaches it at the head's host (the one it already reaches, maybe
+// through a NAT or a Kubernetes Service that forwards only known ports).
+runtime::ActorSystemOptions ControllerActorOptions(const ElasticOptions& elastic,
+                                                   const runtime::Head& head,
+                                                   runtime::HeadClient& client) {
+  runtime::ActorSystemOptions options;
+  options.token = head.token();
+  options.listen_host = elastic.listen;
+  options.port = elastic.port == 0 ? 0 : static_cast<uint16_t>(head.port() + 1);
+  options.advertise_host = LocalHostFor(elastic.listen);
+  options.threads = 1;
+  options.transport = TransportFor(elastic);
+  options.head = &client;
+  options.name = "controller";
+  return options;
+}
+
+// A node agent of this job's head: the driver's own, or a --join one.
+runtime::NodeAgentOptions NodeAgentOptionsFor(const ElasticOptions& elastic,
+                                              const std::string& host, uint16_t port,
+                                              std::string token, std::string name) {
+  runtime::NodeAgentOptions options;
+  options.head_host = host;
+  options.head_port = port;
+  options.token = std::move(token);
+  options.name = std::move(name);
+  options.transport = TransportFor(elastic);  // passed on to its workers
+  options.head_reconnect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
+  options.grace =
+      std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
+  return options;
+}
+
+// The controller's clock: a tick every 50 ms while it lives.
+class Ticker {
+ public:
+  explicit Ticker(runtime::ActorRef controller)
+      : thread_([this, controller] {
+          const std::string tick = Tick();
+          while (ticking_.load()) {
+            controller.Tell(kControlCall, tick);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        }) {}
+  ~Ticker() {
+    ticking_.store(false);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> ticking_{true};
+  std::thread thread_;
+};
+
+// This machine's workers (none with --controller-only, which says where to join).
+std::unique_ptr<runtime::NodeAgent> StartLocalWorkers(const ElasticOptions& elastic,
+                                                      const runtime::Head& head) {
+  const std::string host = LocalHostFor(elastic.listen);
+  if (elastic.controller_only) {
+    Say("driver: controller only: waiting for --min-workers=" +
+        std::to_string(elastic.min_workers) + " workers to join (--join " + host + ":" +
+        std::to_string(head.port()) + ")");
+    return nullptr;
+  }
+  auto agent = std::make_unique<runtime::NodeAgent>(
+      NodeAgentOptionsFor(elastic, host, head.port(), head.token(), "driver-node"));
+  agent->SpawnWorkers(static_cast<uint32_t>(elastic.workers));
+  Say("driver: started " + std::to_string(elastic.workers) + " workers on node " +
+      std::to_string(agent->node_id()));
+  return agent;
+}
+
+}  // namespace
+
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args, const JobProgram& program) {
   monitoring::MetricsOptions metrics_options;
@@ -810,28 +896,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   // earlier run's checkpoint with a fresh model's.
   if (!taken_over) CheckNoCheckpointToReplace(train.checkpoint_dir, train.resume);
 
-  runtime::HeadOptions head_options;
-  if (taken_over) {
-    // One past the journal's generation: a view published just before the
-    // old driver died may not have reached the journal.
-    head_options.first_generation = taken_over->journal.generation + 1;
-    head_options.first_member_id = std::max<uint64_t>(1, taken_over->journal.next_member_id);
-    head_options.first_node_id = std::max<uint64_t>(1, taken_over->journal.next_node_id);
-  }
-  head_options.listen_host = elastic.listen;
-  head_options.port = static_cast<uint16_t>(elastic.port);
-  head_options.admit_joins = false;
-  head_options.transport = TransportFor(elastic);
-  if (!elastic.token_file.empty()) {
-    // Creates the file only where none exists (atomically: a second driver
-    // racing this one uses the token that won); the head then reads and
-    // checks whichever file is there.
-    if (runtime::WriteTokenFile(elastic.token_file, runtime::GenerateToken())) {
-      Say("driver: wrote a new cluster token to " + elastic.token_file + " (mode 0600)");
-    }
-    head_options.token_file = elastic.token_file;
-  }
-  runtime::Head head(head_options);
+  runtime::Head head(HeadOptionsFor(elastic, taken_over));
   CheckCopySeal(taken_over, head.token(), elastic.state_dir);
   Say("driver: head listening on " + elastic.listen + ":" + std::to_string(head.port()) +
       (elastic.token_file.empty() ? " (random token; other machines cannot join without "
@@ -845,56 +910,15 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   client_options.name = "driver";
   client_options.transport = TransportFor(elastic);
   runtime::HeadClient client(client_options);
-
-  // The controller actor listens where the head does, on the next port: a
-  // worker reaches it at the head's host (the one it already reaches, maybe
-  // through a NAT or a Kubernetes Service that forwards only known ports).
-  runtime::ActorSystemOptions actor_options;
-  actor_options.token = head.token();
-  actor_options.listen_host = elastic.listen;
-  actor_options.port = elastic.port == 0 ? 0 : static_cast<uint16_t>(head.port() + 1);
-  actor_options.advertise_host = LocalHostFor(elastic.listen);
-  actor_options.threads = 1;
-  actor_options.transport = TransportFor(elastic);
-  actor_options.head = &client;
-  actor_options.name = "controller";
-  runtime::ActorSystem actors(actor_options);
+  runtime::ActorSystem actors(ControllerActorOptions(elastic, head, client));
   auto controller = std::make_shared<ControllerActor>(
       elastic, train, job_id, taken_over ? taken_over->journal.args : args,
       ConfigFor(elastic, train), taken_over, head, actors, metrics, program.metric);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   runtime::ForwardMembershipTo(client, ref);
-  std::atomic<bool> ticking{true};
-  std::thread ticker([&] {
-    const std::string tick = Tick();
-    while (ticking.load()) {
-      ref.Tell(kControlCall, tick);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
-
-  std::unique_ptr<runtime::NodeAgent> agent;
-  if (elastic.controller_only) {
-    Say("driver: controller only: waiting for --min-workers=" +
-        std::to_string(elastic.min_workers) + " workers to join (--join " +
-        LocalHostFor(elastic.listen) + ":" + std::to_string(head.port()) + ")");
-  } else {
-    runtime::NodeAgentOptions agent_options;
-    agent_options.head_host = client_options.host;
-    agent_options.head_port = head.port();
-    agent_options.token = head.token();
-    agent_options.name = "driver-node";
-    agent_options.transport = TransportFor(elastic);  // passed on to its workers
-    agent_options.head_reconnect_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
-    agent_options.grace =
-        std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
-    agent = std::make_unique<runtime::NodeAgent>(agent_options);
-    agent->SpawnWorkers(static_cast<uint32_t>(elastic.workers));
-    Say("driver: started " + std::to_string(elastic.workers) + " workers on node " +
-        std::to_string(agent->node_id()));
-  }
+  std::optional<Ticker> ticker(std::in_place, ref);
+  const std::unique_ptr<runtime::NodeAgent> agent = StartLocalWorkers(elastic, head);
   const std::unique_ptr<PreemptionWatcher> watcher =
       agent ? WatchForPreemption(elastic, *agent, "driver") : nullptr;
 
@@ -902,8 +926,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   // The members of a stop generation sync and rank 0 writes the checkpoint;
   // then everyone, pending joiners included, learns the job is over and leaves.
   WaitForEveryoneToLeave(head, std::chrono::seconds(code == kExitStopped ? 120 : 15));
-  ticking.store(false);
-  ticker.join();
+  ticker.reset();
   if (code == kExitStopped && !train.checkpoint_dir.empty() && controller->started())
     Say("driver: checkpoint of the last commit: " + train.checkpoint_dir +
         " (continue with --resume)");
@@ -927,19 +950,11 @@ int RunJoin(const ElasticOptions& elastic) {
   uint16_t port = 0;
   ParseHostPort(elastic.join, &host, &port);
   runtime::NodeAgent::BlockTerminationSignals();
-  runtime::NodeAgentOptions options;
-  options.head_host = host;
-  options.head_port = port;
-  options.token = runtime::ReadTokenFile(elastic.token_file);
   char hostname[256] = "node";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  options.name = std::string("join@") + hostname;
-  options.transport = TransportFor(elastic);  // passed on to its workers
-  options.head_reconnect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
-  options.grace =
-      std::chrono::milliseconds(static_cast<int64_t>((elastic.drain_timeout + 60) * 1000));
-  runtime::NodeAgent agent(options);
+  runtime::NodeAgent agent(NodeAgentOptionsFor(elastic, host, port,
+                                               runtime::ReadTokenFile(elastic.token_file),
+                                               std::string("join@") + hostname));
   agent.SpawnWorkers(static_cast<uint32_t>(elastic.workers));
   Say("join: node " + std::to_string(agent.node_id()) + " added " +
       std::to_string(elastic.workers) + " workers to " + elastic.join +

@@ -36,6 +36,7 @@
 #include "collectives/nccl_communicator.h"
 #include "runtime/actor.h"
 #include "runtime/head_client.h"
+#include "runtime/head_reconnect.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checksum.h"
 #include "trainer/device.h"
@@ -276,22 +277,22 @@ void Worker::Reconnect() {
                   env_.head_host.c_str(), static_cast<unsigned>(env_.head_port), last.error.c_str(),
                   Holding().c_str(), static_cast<long long>(lost.timeout.count()));
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + lost.timeout;
+  const runtime::HeadReconnectWindow window(start, lost.timeout);
   std::unique_ptr<runtime::HeadClient> client;
   runtime::ActorRef controller;
   while (true) {
     const ReconnectDecision decision =
-        DecideReconnect(lost, last, std::chrono::steady_clock::now(), deadline);
+        DecideReconnect(lost, last, std::chrono::steady_clock::now(), window.deadline());
     switch (decision.action) {
       case ReconnectAction::kAttempt:
         try {
           client = std::make_unique<runtime::HeadClient>(
               env_.ClientOptions("worker-" + std::to_string(env_.worker_index)));
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-              deadline - std::chrono::steady_clock::now());
           // A restarted driver registers its controller right after its head listens.
           const runtime::Endpoint endpoint = ControllerEndpoint(
-              client->LookupActor(kControllerActor, std::max(left, std::chrono::milliseconds(1))),
+              client->LookupActor(kControllerActor,
+                                  window.AttemptBudget(std::chrono::steady_clock::now(),
+                                                       std::chrono::milliseconds::max())),
               env_);
           controller = actors_->Remote(kControllerActor, endpoint);
           MessageBytes bytes(

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/head_reconnect.h"
 #include "trainer/elastic/job_controller.h"
 
 namespace elastic::trainer {
@@ -194,8 +195,8 @@ struct HeadLost {
   std::chrono::milliseconds timeout{0};  // the node agent's head_reconnect_timeout
 };
 
-// Time between two attempts.
-inline constexpr std::chrono::milliseconds kReconnectRetryDelay{250};
+// Time between two attempts: the node agent's (runtime/head_reconnect.h).
+inline constexpr std::chrono::milliseconds kReconnectRetryDelay = runtime::kHeadReconnectInterval;
 
 // How the last step of the reconnect loop went.
 struct ReconnectAttempt {
