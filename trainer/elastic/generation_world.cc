@@ -143,12 +143,17 @@ void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
   });
 }
 
-void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
-  services_.controller->Log("checkpoint written to %s", path.c_str());
-  services_.controller->Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
+void ReportCheckpoint(const ControllerLink& controller, const StatePoint& at,
+                      const std::string& path) {
+  controller.Log("checkpoint written to %s", path.c_str());
+  controller.Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
     ToProto(at, m.initPoint());
     m.setPath(path);
   });
+}
+
+void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
+  ReportCheckpoint(*services_.controller, at, path);
 }
 
 void GenerationWorld::OnFinished(const StatePoint& at, double metric, bool early_stopped) {

@@ -43,6 +43,11 @@ struct WorkerServices {
 // frame cannot carry it.
 std::string SealedCopy(const Commit& commit, const WorkerServices& services);
 
+// Says that the checkpoint at `path` now holds `at`: in the worker's log and
+// to the controller (which then never replaces it with an older state).
+void ReportCheckpoint(const ControllerLink& controller, const StatePoint& at,
+                      const std::string& path);
+
 // The worker's allreduce and step-time record to the controller: when one is
 // due, or `always` (a generation's last counts, before the worker may leave).
 void PublishStats(const WorkerServices& services, bool always);

@@ -438,12 +438,7 @@ void Worker::ReportSynced(const GenerationOrder& order) {
 
 void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& point) {
   if (train_.checkpoint_dir.empty()) return;
-  const std::string path = WriteCheckpointIn(train_.checkpoint_dir, learner_bytes);
-  controller_.Log("checkpoint written to %s", path.c_str());
-  controller_.Tell<proto::CheckpointWritten>([&](proto::CheckpointWritten::Builder m) {
-    ToProto(point, m.initPoint());
-    m.setPath(path);
-  });
+  ReportCheckpoint(controller_, point, WriteCheckpointIn(train_.checkpoint_dir, learner_bytes));
 }
 
 bool Worker::LoadSource(const GenerationOrder& order, int rank) {
