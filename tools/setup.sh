@@ -10,9 +10,13 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread libasio-dev capnproto libcapnp-dev
   prometheus-cpp-dev libgloo-dev libopenmpi-dev openmpi-bin libssl-dev
   libcurl4-openssl-dev zlib1g-dev
+  # Image decoding for --dataset image-folder
+  libjpeg62-turbo-dev libpng-dev
   libgtest-dev libbenchmark-dev
   # Data, tests and the PyTorch peer of the benchmarks
-  dataset-fashion-mnist prometheus python3-torch
+  dataset-fashion-mnist prometheus python3-torch python3-numpy
+  # The peer of the image-folder benchmark (torchvision's ImageFolder + DataLoader)
+  python3-torchvision
   # JSON parser for tests (Prometheus API replies, the Grafana dashboard)
   nlohmann-json3-dev
   # YAML for //deploy/kubernetes:manifests_test
