@@ -8,11 +8,24 @@ namespace elastic::trainer {
 
 void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddString("model", &o.model, "Model to train (see --list-models).");
+  f.AddString("model-file", &o.model_file,
+              "Train this PyTorch module instead of --model: a file written by "
+              "torch.jit.script(model).save(PATH) in Python (docs/your-model-and-data.md). Its "
+              "parameters and buffers are trained, committed and checkpointed; the trained "
+              "module is written back to --checkpoint-dir as model.pt (torch.jit.load).");
   f.AddBool("list-models", &o.list_models, "Print every model with its parameter count and exit.");
-  f.AddString("dataset", &o.dataset, "Data set.", {"cifar10", "fashion-mnist"});
+  f.AddString("dataset", &o.dataset,
+              "Data set. image-folder: --data-dir holds train/ and test/ (or val/), one folder "
+              "of JPEG or PNG files per class as torchvision's ImageFolder reads them. npy: "
+              "--data-dir holds train_x.npy, train_y.npy, test_x.npy and test_y.npy written by "
+              "numpy.save (images uint8 or float32, NCHW or NHWC; integer labels).",
+              {"cifar10", "fashion-mnist", "image-folder", "npy"});
   f.AddString("data-dir", &o.data_dir,
               "Directory with the data set's files; empty: the standard place (CIFAR-10 is "
-              "downloaded to a cache, Fashion-MNIST is read from /usr/share/datasets).");
+              "downloaded to a cache, Fashion-MNIST is read from /usr/share/datasets); needed "
+              "for image-folder and npy.");
+  f.AddInt("image-size", &o.image_size,
+           "image-folder: every image is resized to this many pixels square.");
   f.AddInt("train-samples", &o.train_samples,
            "Train on the first N training images only; 0: all of them.");
   f.AddInt("test-samples", &o.test_samples,
@@ -112,6 +125,12 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
     for (const std::string& name : known_models) list += (list.empty() ? "" : ", ") + name;
     throw FlagError("--model=" + o.model + ": unknown model; known models: " + list);
   }
+  Require(o.image_size >= 8 && o.image_size <= 4096, "image-size",
+          "must be in [8, 4096], got " + Show(o.image_size));
+  Require(o.image_size == 32 || o.dataset == "image-folder", "image-size",
+          "applies to --dataset=image-folder only");
+  Require(!o.data_dir.empty() || (o.dataset != "image-folder" && o.dataset != "npy"), "data-dir",
+          "is needed with --dataset=" + o.dataset);
   Require(o.train_samples >= 0, "train-samples", "must be >= 0, got " + Show(o.train_samples));
   Require(o.test_samples >= 0, "test-samples", "must be >= 0, got " + Show(o.test_samples));
   Require(o.epochs >= 1, "epochs", "must be >= 1, got " + Show(o.epochs));

@@ -14,9 +14,11 @@ namespace elastic::trainer {
 struct TrainOptions {
   // What to train on what.
   std::string model = "resnet18";
+  std::string model_file;  // a TorchScript module to train instead of `model`
   bool list_models = false;
   std::string dataset = "cifar10";
   std::string data_dir;
+  int64_t image_size = 32;  // image-folder: pixels per side
   int64_t train_samples = 0;  // 0: the whole training set
   int64_t test_samples = 0;   // 0: the whole test set
 
