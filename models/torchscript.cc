@@ -152,7 +152,8 @@ std::vector<std::string> ModesBakedIn(const torch::jit::Module& module) {
 std::unique_ptr<ModelFile> OpenTorchScriptFile(const std::string& path, std::string bytes) {
   const std::string what = "--model-file " + path;
   if (!StartsWith(bytes, "PK\x03\x04")) {
-    throw ModelFileError(what + ": not a TorchScript file (not a zip archive; " + Kib(bytes.size()) +
+    throw ModelFileError(what + ": not a TorchScript file (not a zip archive; " +
+                         Kib(bytes.size()) +
                          "); save the model with torch.jit.script(model).save(PATH)");
   }
   torch::jit::Module module;

@@ -199,6 +199,26 @@ std::string Learner::CaptureState() const {
   return out.Take();
 }
 
+void LoadModelFromState(std::string_view state, const std::string& model_name,
+                        torch::nn::Module& model) {
+  ByteReader in(state, "training state");
+  if (in.Bytes() != kStateTag)
+    throw StateFormatError("training state: unknown format (expected " + std::string(kStateTag) +
+                           ")");
+  const std::string saved_model(in.Bytes());
+  if (saved_model != model_name) {
+    throw std::runtime_error("training state is for model '" + saved_model + "', not '" +
+                             model_name + "'");
+  }
+  in.I64();                              // classes
+  in.U64();                              // seed
+  for (int i = 0; i < 3; ++i) in.I64();  // progress
+  torch::serialize::InputArchive model_archive;
+  LoadArchive(in.Bytes(), model_archive, "model state");
+  LoadTensors(model.named_parameters(), model_archive, /*buffers=*/false);
+  LoadTensors(model.named_buffers(), model_archive, /*buffers=*/true);
+}
+
 uint64_t Learner::StateSizeLimit() const {
   return 4 * static_cast<uint64_t>(CaptureState().size()) + (uint64_t{64} << 20);
 }

@@ -144,6 +144,12 @@ class Learner {
   TrainingProgress progress_;
 };
 
+// Loads only the weights (parameters and buffers) of a CaptureState() of
+// `model_name` into `model`, which must have the same architecture: what a
+// checkpoint's trained model is written back from. Throws like RestoreState.
+void LoadModelFromState(std::string_view state, const std::string& model_name,
+                        torch::nn::Module& model);
+
 // Seeds LibTorch's default generators (weight initialisation, dropout).
 void SeedTorch(uint64_t seed);
 

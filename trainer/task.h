@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/model_file.h"
 #include "models/net.h"
 #include "trainer/data/examples.h"
 #include "trainer/objective.h"
@@ -30,9 +31,20 @@ struct Task {
   std::vector<std::string> class_names;
   // Whether the model runs faster channels-last (--memory-format=auto).
   bool prefers_channels_last = false;
+  // The file the model came from (--model-file), if any: the trained model is
+  // written back in its format (model_export.h).
+  std::shared_ptr<const models::ModelFile> model_file;
+  // How inputs are prepared for the model (JSON: normalisation, size), stored
+  // with the trained model so that Python prepares its inputs the same way.
+  std::string preprocessing;
 
-  // Throws std::invalid_argument naming what is missing.
+  // Throws std::invalid_argument naming what is missing, and what does not
+  // fit (CheckModelFitsData).
   void Check() const;
+  // Runs a fresh model on two training samples in eval mode: throws
+  // std::invalid_argument when it fails on them, or its output does not fit the
+  // objective (a classifier's must be [2, classes]).
+  void CheckModelFitsData() const;
 };
 
 }  // namespace elastic::trainer

@@ -13,6 +13,7 @@
 #include "trainer/checksum.h"
 #include "trainer/elastic/accumulation.h"
 #include "trainer/evaluate.h"
+#include "trainer/model_export.h"
 
 namespace elastic::trainer {
 
@@ -361,7 +362,7 @@ void TrainingLoop::FinishTraining() {
 
 void TrainingLoop::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& at) {
   if (config_.checkpoint_dir.empty()) return;
-  world_.OnCheckpoint(at, WriteCheckpointIn(config_.checkpoint_dir, learner_bytes));
+  world_.OnCheckpoint(at, WriteCheckpointWithModel(task_, learner_bytes, config_.checkpoint_dir));
 }
 
 }  // namespace elastic::trainer

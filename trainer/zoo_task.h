@@ -11,6 +11,11 @@
 
 namespace elastic::trainer {
 
+// The model of `task`: --model from the zoo, or the module of --model-file
+// (whose warnings go to stderr). Throws models::ModelFileError for a file that
+// cannot be trained.
+void SetModel(const TrainOptions& options, int64_t classes, Task& task);
+
 // --model on the given splits (--label-smoothing for the loss).
 Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
              std::shared_ptr<const Dataset> test);

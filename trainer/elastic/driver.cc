@@ -586,7 +586,9 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
     std::filesystem::create_directories(train_.checkpoint_dir);
     const std::string path = CheckpointPath(train_.checkpoint_dir);
     WriteCheckpointFile(path, commit.learner);
-    Say("driver: no worker is left; wrote " + what + " to " + path + " (continue with --resume)");
+    Say("driver: no worker is left; wrote " + what + " to " + path +
+        " (continue with --resume); the model files beside it are those of the last checkpoint "
+        "a worker wrote");
   } catch (const std::exception& e) {
     Say("driver: error: no worker is left and " + what + " could not be written: " + e.what());
   }

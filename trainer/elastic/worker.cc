@@ -53,6 +53,7 @@
 #include "trainer/elastic/worker_policy.h"
 #include "trainer/elastic/worker_stats.h"
 #include "trainer/learner.h"
+#include "trainer/model_export.h"
 #include "trainer/trainer.h"
 #include "trainer/training_loop.h"
 
@@ -438,7 +439,8 @@ void Worker::ReportSynced(const GenerationOrder& order) {
 
 void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& point) {
   if (train_.checkpoint_dir.empty()) return;
-  ReportCheckpoint(controller_, point, WriteCheckpointIn(train_.checkpoint_dir, learner_bytes));
+  ReportCheckpoint(controller_, point,
+                   WriteCheckpointWithModel(task_, learner_bytes, train_.checkpoint_dir));
 }
 
 bool Worker::LoadSource(const GenerationOrder& order, int rank) {
