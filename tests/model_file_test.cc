@@ -107,15 +107,15 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   const Recipe& r = GetParam();
   const std::string dir = FreshTempDir("model-file-" + r.arch);
   Script(r.arch, dir + "/" + r.arch + ".pt");
-  Process driver({kCifar, "--workers=2", "--model-file=" + dir + "/" + r.arch + ".pt",
-                  "--data-dir=" + CifarDir(), "--train-samples=" + std::to_string(r.train_samples),
-                  "--test-samples=" + std::to_string(r.test_samples),
-                  "--epochs=" + std::to_string(r.epochs),
-                  "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr,
-                  "--precision=fp32", "--commit-every=4", "--log-every=1", "--loader-threads=1",
-                  "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
-                  "--token-file=" + dir + "/token"},
-                 dir + "/driver.log");
+  Process driver(
+      {kCifar, "--workers=2", "--model-file=" + dir + "/" + r.arch + ".pt",
+       "--data-dir=" + CifarDir(), "--train-samples=" + std::to_string(r.train_samples),
+       "--test-samples=" + std::to_string(r.test_samples), "--epochs=" + std::to_string(r.epochs),
+       "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr, "--precision=fp32",
+       "--commit-every=4", "--log-every=1", "--loader-threads=1",
+       "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
+       "--token-file=" + dir + "/token"},
+      dir + "/driver.log");
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
   const pid_t victim = WorkerPid(driver, 1, 1);
@@ -151,21 +151,42 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelFileJobTest,
                            return info.param.arch;
                          });
 
-// The same recipe and seed for the zoo's ResNet18 and pytorch-cifar's, both
-// from the zoo's initial weights (through state_dict.pt and load_state_dict):
-// the module from Python trains to the zoo's accuracy.
-TEST(ScriptedResNet18Test, ReachesTheZoosAccuracy) {
+// The loss of step `step` of epoch 1 as a run printed it (--log-every=1), or -1.
+double StepLoss(const std::string& output, int step) {
+  std::smatch m;
+  const std::regex line("epoch 1/\\d+ step " + std::to_string(step) +
+                        "/\\d+ \\(global \\d+\\) loss ([0-9.]+)");
+  if (!std::regex_search(output, m, line)) return -1;
+  return std::stod(m[1]);
+}
+
+// pytorch-cifar's ResNet18 from Python and the zoo's, both from the zoo's
+// initial weights (through state_dict.pt and load_state_dict), on the same
+// recipe and seed: the same step, loss for loss. The first step's loss is the
+// same forward of the same weights on the same batch in training mode; the
+// second's follows one update, so the gradients, weight decay and momentum
+// agree too. From then on float noise (the zoo's fused batch norm sums in
+// another order) grows step by step, so the accuracy after the short runs a
+// test can afford differs by the noise of near-ties on 1,017 test images
+// (about 2 points); bench/model_file_accuracy.py compares accuracy over seeds.
+TEST(ScriptedResNet18Test, TakesTheZoosStepsFromTheSameWeights) {
   if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
   const std::string dir = FreshTempDir("model-file-vs-zoo");
   // float32: the zoo's fused batch norm and LibTorch's then differ in the
-  // order of their sums only, and the two runs stay close step after step.
-  const std::vector<std::string> recipe = {
-      "--data-dir=" + CifarDir(), "--train-samples=1024", "--test-samples=512",
-      "--epochs=1",           "--batch-size=32",       "--lr=0.02",
-      "--precision=fp32",     "--memory-format=channels-last",
-      "--loader-threads=1",   "--seed=3"};
+  // order of their sums only.
+  const std::vector<std::string> recipe = {"--data-dir=" + CifarDir(),
+                                           "--train-samples=1024",
+                                           "--test-samples=64",
+                                           "--epochs=1",
+                                           "--batch-size=64",
+                                           "--lr=0.02",
+                                           "--precision=fp32",
+                                           "--log-every=1",
+                                           "--memory-format=channels-last",
+                                           "--loader-threads=1",
+                                           "--seed=3"};
   auto run = [&](const std::string& model, const std::string& name,
-                 std::vector<std::string> extra = {}) {
+                 std::vector<std::string> extra) {
     std::vector<std::string> args = {kCifar, model, "--checkpoint-dir=" + dir + "/" + name};
     args.insert(args.end(), recipe.begin(), recipe.end());
     args.insert(args.end(), extra.begin(), extra.end());
@@ -174,15 +195,20 @@ TEST(ScriptedResNet18Test, ReachesTheZoosAccuracy) {
     return p.Output();
   };
   // The zoo's initial weights: one step at a learning rate of 1e-9.
-  run("--model=resnet18", "init", {"--train-samples=32", "--test-samples=32", "--lr=1e-9"});
+  run("--model=resnet18", "init", {"--train-samples=64", "--max-steps=1", "--lr=1e-9"});
   Script("resnet18", dir + "/resnet18.pt", dir + "/init/state_dict.pt");
 
-  const double zoo = PrintedAccuracy(run("--model=resnet18", "zoo"));
-  const double scripted = PrintedAccuracy(run("--model-file=" + dir + "/resnet18.pt", "scripted"));
-  std::printf("ResNet18 after an epoch of 1,024 images: zoo %.2f%%, scripted %.2f%%\n", zoo,
-              scripted);
-  EXPECT_GT(zoo, 15) << "the zoo's ResNet18 learnt nothing: the comparison would prove nothing";
-  EXPECT_NEAR(scripted, zoo, 1.5);
+  const std::string zoo = run("--model=resnet18", "zoo", {"--max-steps=3"});
+  const std::string scripted =
+      run("--model-file=" + dir + "/resnet18.pt", "scripted", {"--max-steps=3"});
+  for (int step = 1; step <= 3; ++step) {
+    const double a = StepLoss(zoo, step), b = StepLoss(scripted, step);
+    std::printf("step %d: loss zoo %.4f, scripted %.4f\n", step, a, b);
+    ASSERT_GT(a, 0) << WithoutProgress(zoo);
+    ASSERT_GT(b, 0) << WithoutProgress(scripted);
+    // Printed to 4 decimals: equal for the first two, float noise after.
+    EXPECT_NEAR(a, b, step <= 2 ? 1e-4 + 1e-9 : 5e-3) << "step " << step;
+  }
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ PACKAGES=(
   # Data, tests and the PyTorch peer of the benchmarks
   dataset-fashion-mnist prometheus python3-torch python3-numpy
   # The peer of the image-folder benchmark (torchvision's ImageFolder + DataLoader)
-  python3-torchvision
+  python3-torchvision python3-pil
   # JSON parser for tests (Prometheus API replies, the Grafana dashboard)
   nlohmann-json3-dev
   # YAML for //deploy/kubernetes:manifests_test

@@ -24,21 +24,18 @@ int64_t LocalRank() {
 
 int64_t Limit(int64_t size, int64_t limit) { return limit > 0 ? std::min(size, limit) : size; }
 
-Arithmetic Choose(const TrainOptions& o, const std::string& model, bool prefers_channels_last,
+// `auto_why`: why --memory-format=auto chooses as `prefers_channels_last` says.
+Arithmetic Choose(const TrainOptions& o, const std::string& auto_why, bool prefers_channels_last,
                   const torch::Device& device) {
   Arithmetic a;
   const PrecisionChoice precision = ChoosePrecision(
       o.precision, device.is_cuda(), DetectCpuFeaturesFor(o.precision, device.is_cuda()));
   a.precision = precision.precision;
   a.channels_last = ChooseChannelsLast(o.memory_format, prefers_channels_last);
-  a.why =
-      std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
-      "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
-      (o.memory_format != "auto" ? "--memory-format=" + o.memory_format
-                                 : "auto: " + model +
-                                       (prefers_channels_last ? " measured faster channels-last"
-                                                              : " measured faster contiguous")) +
-      ")";
+  a.why = std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
+          "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
+          (o.memory_format != "auto" ? "--memory-format=" + o.memory_format : "auto: " + auto_why) +
+          ")";
   return a;
 }
 
@@ -50,7 +47,13 @@ std::string Arithmetic::Summary() const {
 }
 
 Arithmetic ChooseArithmetic(const TrainOptions& o, const Task& task, const torch::Device& device) {
-  return Choose(o, task.model_name, task.prefers_channels_last, device);
+  const std::string why =
+      task.model_file
+          ? "a --model-file module is not measured; --memory-format=channels-last "
+            "tries it"
+          : task.model_name + (task.prefers_channels_last ? " measured faster channels-last"
+                                                          : " measured faster contiguous");
+  return Choose(o, why, task.prefers_channels_last, device);
 }
 
 void CheckArithmetic(const TrainOptions& options) {
@@ -60,7 +63,7 @@ void CheckArithmetic(const TrainOptions& options) {
   } catch (const std::runtime_error&) {
     return;
   }
-  Choose(options, options.model, models::PrefersChannelsLast(options.model), device);
+  Choose(options, "", models::PrefersChannelsLast(options.model), device);
 }
 
 LearnerOptions MakeLearnerOptions(const TrainOptions& o, const Task& task,

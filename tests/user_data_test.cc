@@ -1,0 +1,89 @@
+// A user's data as it comes: the CIFAR-10 subset written out by the test
+// (tests/write_user_data.py) as .npy arrays and as an ImageFolder tree of PNG
+// and JPEG files, each trained by a real two-worker job of //trainer:cifar on
+// the same recipe as the binary files: every sample once per epoch, one
+// checksum per generation, and the accuracy of the binary files within 1.5
+// points.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/job_checks.h"
+#include "tests/process.h"
+
+namespace {
+
+using elastic::tests::ExpectEverySampleOnce;
+using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::FreshTempDir;
+using elastic::tests::Process;
+using elastic::tests::WithoutProgress;
+
+constexpr char kCifar[] = "trainer/cifar";
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kWriter[] = "tests/write_user_data.py";
+constexpr int kEpochs = 4;
+constexpr int64_t kTrainSamples = 4068;  // the subset's four training files
+
+std::string CifarDir() {
+  const char* dir = std::getenv("ELASTIC_CIFAR10_SUBSET");
+  return dir != nullptr && std::filesystem::exists(dir) ? dir : "";
+}
+
+void Write(const std::string& args) {
+  const std::string command = std::string(kPython) + " " + kWriter + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << command << ": " << out;
+}
+
+double FinalAccuracy(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("done: .*test accuracy ([0-9.]+)%"))) return -1;
+  return std::stod(m[1]);
+}
+
+// A two-worker job on `data` flags; returns its final test accuracy.
+double Train(const std::string& dir, const std::string& name, std::vector<std::string> data) {
+  std::vector<std::string> args = {kCifar,
+                                   "--workers=2",
+                                   "--model=resnet8",
+                                   "--epochs=" + std::to_string(kEpochs),
+                                   "--batch-size=32",
+                                   "--lr=0.05",
+                                   "--loader-threads=1",
+                                   "--log-every=1000",
+                                   "--log-samples=" + dir + "/" + name + "-samples"};
+  args.insert(args.end(), data.begin(), data.end());
+  Process job(args, dir + "/" + name + ".log");
+  EXPECT_EQ(job.Wait(std::chrono::seconds(600)), 0) << WithoutProgress(job.Output());
+  ExpectOneChecksumPerGeneration(job.Output());
+  ExpectEverySampleOnce(dir + "/" + name + "-samples", kTrainSamples, kEpochs);
+  const double accuracy = FinalAccuracy(job.Output());
+  EXPECT_GT(accuracy, 0) << WithoutProgress(job.Output());
+  std::printf("%s: test accuracy %.2f%%\n", name.c_str(), accuracy);
+  return accuracy;
+}
+
+TEST(UserDataTest, NpyAndImageFolderReachTheAccuracyOfTheBinaryFiles) {
+  if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
+  const std::string dir = FreshTempDir("user-data");
+  Write("npy " + CifarDir() + " " + dir + "/npy");
+  Write("folder " + CifarDir() + " " + dir + "/folder --jpeg-every 4 --quality 95");
+
+  const double binary = Train(dir, "binary", {"--data-dir=" + CifarDir()});
+  const double npy = Train(dir, "npy", {"--dataset=npy", "--data-dir=" + dir + "/npy"});
+  const double folder =
+      Train(dir, "folder", {"--dataset=image-folder", "--data-dir=" + dir + "/folder"});
+  EXPECT_GT(binary, 30) << "resnet8 learnt too little for the comparison to mean anything";
+  EXPECT_NEAR(npy, binary, 1.5);
+  EXPECT_NEAR(folder, binary, 1.5);
+}
+
+}  // namespace
