@@ -23,34 +23,41 @@ Strides StridesOf(PixelLayout layout, int64_t channels, int64_t height, int64_t 
   return layout == PixelLayout::kCHW ? Strides{height * width, 1} : Strides{1, channels};
 }
 
-// The crop, flip and normalisation loop shared by both source types;
-// `normalise(c, v)` maps a source value of channel c, `padding[c]` is a
-// normalised zero.
-template <typename T, typename Normalise>
+// The crop, flip and normalisation loop shared by both source types.
+// `normaliser(c)` gives channel c's map from a source value to a float;
+// `padding[c]` is a normalised zero. Each row is split into the columns whose
+// source lies in the image, walked with a fixed step, and the padded ones,
+// so the inner loop has no bounds checks.
+template <typename T, typename Normaliser>
 void CropFlipNormalize(const T* src, PixelLayout src_layout, int64_t channels, int64_t height,
                        int64_t width, const CropFlip& crop, float* dst, PixelLayout dst_layout,
-                       const float* padding, Normalise normalise) {
+                       const float* padding, Normaliser normaliser) {
   const Strides in = StridesOf(src_layout, channels, height, width);
   const Strides out = StridesOf(dst_layout, channels, height, width);
+  // The window is taken first, then flipped (RandomCrop, then
+  // RandomHorizontalFlip), as augment.cc does: output column x reads source
+  // column sx = (flip ? width - 1 - x : x) + shift.
+  const int64_t shift = crop.dx - crop.padding;
+  const int64_t x_begin = std::clamp<int64_t>(crop.flip ? shift : -shift, 0, width);
+  const int64_t x_end = std::clamp<int64_t>(crop.flip ? width + shift : width - shift, 0, width);
+  const int64_t first_sx = (crop.flip ? width - 1 - x_begin : x_begin) + shift;
+  const int64_t step = crop.flip ? -in.pixel : in.pixel;
   for (int64_t c = 0; c < channels; ++c) {
+    const auto normalise = normaliser(c);
+    const float pad = padding[c];
     const T* plane = src + c * in.channel;
     float* out_plane = dst + c * out.channel;
     for (int64_t y = 0; y < height; ++y) {
       const int64_t sy = y + crop.dy - crop.padding;  // row in the unpadded image
       float* out_row = out_plane + y * width * out.pixel;
       if (sy < 0 || sy >= height) {
-        for (int64_t x = 0; x < width; ++x) out_row[x * out.pixel] = padding[c];
+        for (int64_t x = 0; x < width; ++x) out_row[x * out.pixel] = pad;
         continue;
       }
-      const T* row = plane + sy * width * in.pixel;
-      for (int64_t x = 0; x < width; ++x) {
-        // The window is taken first, then flipped (RandomCrop, then
-        // RandomHorizontalFlip), as augment.cc does.
-        const int64_t wx = crop.flip ? width - 1 - x : x;
-        const int64_t sx = wx + crop.dx - crop.padding;
-        out_row[x * out.pixel] =
-            (sx < 0 || sx >= width) ? padding[c] : normalise(c, row[sx * in.pixel]);
-      }
+      for (int64_t x = 0; x < x_begin; ++x) out_row[x * out.pixel] = pad;
+      const T* p = plane + sy * width * in.pixel + first_sx * in.pixel;
+      for (int64_t x = x_begin; x < x_end; ++x, p += step) out_row[x * out.pixel] = normalise(*p);
+      for (int64_t x = std::max(x_begin, x_end); x < width; ++x) out_row[x * out.pixel] = pad;
     }
   }
 }
@@ -107,7 +114,10 @@ void PixelNormalizer::Apply(const uint8_t* src, PixelLayout src_layout, int64_t 
   float padding[kMaxChannels];
   for (int64_t c = 0; c < channels(); ++c) padding[c] = uint8_tables_[c][0];
   CropFlipNormalize(src, src_layout, channels(), height, width, crop, dst, dst_layout, padding,
-                    [this](int64_t c, uint8_t v) { return uint8_tables_[c][v]; });
+                    [this](int64_t c) {
+                      const float* table = uint8_tables_[c].data();
+                      return [table](uint8_t v) { return table[v]; };
+                    });
 }
 
 void PixelNormalizer::Apply(const float* src, PixelLayout src_layout, int64_t height, int64_t width,
@@ -115,7 +125,10 @@ void PixelNormalizer::Apply(const float* src, PixelLayout src_layout, int64_t he
   float padding[kMaxChannels];
   for (int64_t c = 0; c < channels(); ++c) padding[c] = (0.0f - mean_[c]) / std_[c];
   CropFlipNormalize(src, src_layout, channels(), height, width, crop, dst, dst_layout, padding,
-                    [this](int64_t c, float v) { return (v - mean_[c]) / std_[c]; });
+                    [this](int64_t c) {
+                      const float mean = mean_[c], std = std_[c];
+                      return [mean, std](float v) { return (v - mean) / std; };
+                    });
 }
 
 ChannelMoments::ChannelMoments(int64_t channels)
