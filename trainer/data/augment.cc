@@ -15,8 +15,12 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
+uint64_t AugmentationHash(uint64_t seed, uint64_t epoch, int64_t index) {
+  return Mix(Mix(Mix(seed) ^ epoch) ^ static_cast<uint64_t>(index));
+}
+
 Augmentation AugmentationFor(uint64_t seed, uint64_t epoch, int64_t index) {
-  const uint64_t h = Mix(Mix(Mix(seed) ^ epoch) ^ static_cast<uint64_t>(index));
+  const uint64_t h = AugmentationHash(seed, epoch, index);
   constexpr uint64_t kOffsets = 2 * kCropPadding + 1;
   Augmentation aug;
   aug.dy = static_cast<int>(h % kOffsets);

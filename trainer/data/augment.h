@@ -12,6 +12,11 @@ namespace elastic::trainer {
 // 32x32 window is taken at a random offset.
 inline constexpr int kCropPadding = 4;
 
+// 64 well-mixed bits that are a pure function of (seed, epoch, index): the
+// source of every random choice of one sample's augmentation (here and in
+// pixels.h), so that it never depends on timing or thread.
+uint64_t AugmentationHash(uint64_t seed, uint64_t epoch, int64_t index);
+
 // The augmentation of one sample, a pure function of (seed, epoch, index).
 struct Augmentation {
   int dy = kCropPadding;  // window offset in the padded image, 0..2*kCropPadding

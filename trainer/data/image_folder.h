@@ -1,0 +1,90 @@
+// `--dataset image-folder`: JPEG and PNG files in torchvision's ImageFolder
+// layout (root/class_x/xxx.png), decoded on the fly by the loader threads.
+// LoadImageFolder (user_data.h) builds both splits from these parts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/data/examples.h"
+#include "trainer/data/pixels.h"
+
+namespace elastic::trainer {
+
+// One image of a split and the index of its class.
+struct ImageFile {
+  std::string path;
+  int64_t label = 0;
+};
+
+// A file with an image extension whose header could not be read.
+struct SkippedFile {
+  std::string path;
+  std::string why;
+};
+
+// What one split's folder holds.
+struct ImageFolderSplit {
+  std::vector<std::string> class_names;  // the sub-folders, sorted by name
+  std::vector<ImageFile> files;          // the readable images; labels index class_names
+  std::vector<SkippedFile> unreadable;   // .jpg/.jpeg/.png files that are not readable images
+  std::vector<std::string> ignored;      // files with any other extension
+};
+
+// Lists `split_dir` as torchvision's ImageFolder does: every sub-folder is a
+// class, classes sorted by name; a class's images are the files below its
+// folder (recursively, following links) whose names end in .jpg, .jpeg or
+// .png in any case, in the order (folder, file name), sorted. Each one's header
+// is read (ProbeImage) and a file that is not a readable JPEG or PNG is put
+// in `unreadable` instead. Throws std::runtime_error, naming the folder, when
+// `split_dir` is missing or has no class folders, or a class folder has no
+// readable image.
+ImageFolderSplit ScanImageFolder(const std::string& split_dir);
+
+// The per-channel mean and standard deviation of the RGB pixels (scaled to
+// [0, 1]) of at most `max_images` of `files`, evenly spaced and so the same
+// every time, each decoded and resized to image_size x image_size. Files that
+// fail to decode are left out. Throws std::runtime_error when none decodes.
+PixelNormalizer MeasureImageNormalization(const std::vector<ImageFile>& files, int64_t image_size,
+                                          int64_t max_images = 1000);
+
+// Images decoded when a batch is built (in Get, on the loader threads), so a
+// data set of any size costs only its list of files in memory. Inputs are
+// float [B, 3, image_size, image_size]: decoded, resized, and, when
+// augmenting, cropped with zero padding CropPaddingFor(image_size,
+// image_size) and flipped (pixels.h); then normalised. Targets are the labels.
+//
+// A file that turns out to be corrupt in a full decode (its header was
+// fine) does not stop training: its sample is all zeros (the mean image
+// after normalisation), failed_decodes() counts it, and the first few are
+// named on stderr.
+class ImageFolderExamples : public Examples {
+ public:
+  // Throws std::invalid_argument when there are no files or image_size < 1.
+  ImageFolderExamples(std::string name, std::vector<ImageFile> files, int64_t image_size,
+                      PixelNormalizer normalizer);
+
+  std::string name() const override { return name_; }
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  Batch Get(const std::vector<int64_t>& indices, const BatchRequest& request) const override;
+
+  // Decodes that failed in Get since construction (one per sample built).
+  int64_t failed_decodes() const { return failed_decodes_.load(); }
+  const std::vector<ImageFile>& files() const { return files_; }
+  const PixelNormalizer& normalizer() const { return normalizer_; }
+
+ private:
+  // Writes sample `index`, normalised, into dst (3 x image_size^2 floats).
+  void Build(int64_t index, const CropFlip& crop, float* dst, PixelLayout layout) const;
+
+  std::string name_;
+  std::vector<ImageFile> files_;
+  int64_t image_size_;
+  PixelNormalizer normalizer_;
+  int64_t padding_;
+  mutable std::atomic<int64_t> failed_decodes_{0};
+};
+
+}  // namespace elastic::trainer
