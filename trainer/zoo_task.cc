@@ -8,17 +8,26 @@
 
 #include "models/registry.h"
 #include "trainer/data/loader.h"
+#include "trainer/data/user_data.h"
 
 namespace elastic::trainer {
 namespace {
 
-// How inputs are prepared, as JSON stored with the trained model.
-std::string PreprocessingJson(const Normalization& n, int64_t size) {
+std::string JsonList(const std::vector<float>& values) {
   std::ostringstream out;
-  out << "{\"input\": \"float32 [N, 3, " << size << ", " << size
-      << "], RGB, x = (pixel / 255 - mean[c]) / std[c]\", \"mean\": [" << n.mean[0] << ", "
-      << n.mean[1] << ", " << n.mean[2] << "], \"std\": [" << n.std[0] << ", " << n.std[1] << ", "
-      << n.std[2] << "]}";
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << "]";
+  return out.str();
+}
+
+// How inputs are prepared, as JSON stored with the trained model.
+std::string PreprocessingJson(int64_t channels, int64_t height, int64_t width, float pixel_scale,
+                              const std::vector<float>& mean, const std::vector<float>& std) {
+  std::ostringstream out;
+  out << "{\"input\": \"float32 [N, " << channels << ", " << height << ", " << width
+      << "], x = (pixel * pixel_scale - mean[c]) / std[c]\", \"pixel_scale\": " << pixel_scale
+      << ", \"mean\": " << JsonList(mean) << ", \"std\": " << JsonList(std) << "}";
   return out.str();
 }
 
@@ -51,14 +60,34 @@ Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
   task.name = "cifar";
   SetModel(options, classes, task);
   task.class_names = train->class_names();
-  task.preprocessing = PreprocessingJson(train->normalization(), 32);
+  const Normalization n = train->normalization();
+  task.preprocessing = PreprocessingJson(3, 32, 32, 1.0f / 255, {n.mean.begin(), n.mean.end()},
+                                         {n.std.begin(), n.std.end()});
   task.train = std::make_shared<ImageExamples>(std::move(train));
   task.test = std::make_shared<ImageExamples>(std::move(test));
   task.objective = std::make_shared<Classification>(classes, options.label_smoothing);
   return task;
 }
 
+Task UserDataTask(const TrainOptions& options, UserData data) {
+  const auto classes = static_cast<int64_t>(data.class_names.size());
+  Task task;
+  task.name = "cifar";
+  SetModel(options, classes, task);
+  task.class_names = std::move(data.class_names);
+  task.preprocessing = PreprocessingJson(data.channels, data.height, data.width, data.pixel_scale,
+                                         data.mean, data.std);
+  task.train = std::move(data.train);
+  task.test = std::move(data.test);
+  task.objective = std::make_shared<Classification>(classes, options.label_smoothing);
+  return task;
+}
+
 Task ZooTaskFromOptions(const TrainOptions& options) {
+  if (options.dataset == "npy") return UserDataTask(options, LoadNpyData(options.data_dir));
+  if (options.dataset == "image-folder") {
+    return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size));
+  }
   // The training split first: a bad --data-dir is reported for it.
   std::shared_ptr<const Dataset> train =
       LoadDataset(options.dataset, options.data_dir, Split::kTrain);

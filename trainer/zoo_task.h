@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "trainer/data/dataset.h"
+#include "trainer/data/user_data.h"
 #include "trainer/task.h"
 #include "trainer/train_options.h"
 
@@ -19,6 +20,9 @@ void SetModel(const TrainOptions& options, int64_t classes, Task& task);
 // --model on the given splits (--label-smoothing for the loss).
 Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
              std::shared_ptr<const Dataset> test);
+
+// --model (or --model-file) on a user's data set (--dataset npy or image-folder).
+Task UserDataTask(const TrainOptions& options, UserData data);
 
 // The same on the splits --dataset and --data-dir name.
 Task ZooTaskFromOptions(const TrainOptions& options);

@@ -249,6 +249,8 @@ UserData LoadImageFolder(const std::string& dir, int64_t image_size) {
   data.height = image_size;
   data.width = image_size;
   data.class_names = train.class_names;
+  data.mean = normalizer.mean();
+  data.std = normalizer.std();
   data.train = std::make_shared<ImageFolderExamples>("image-folder-train", std::move(train.files),
                                                      image_size, normalizer);
   data.test = std::make_shared<ImageFolderExamples>("image-folder-test", std::move(test.files),

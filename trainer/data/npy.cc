@@ -482,6 +482,9 @@ UserData LoadNpyData(const std::string& dir) {
   data.height = train.images.size(2);
   data.width = train.images.size(3);
   for (int64_t k = 0; k < num_classes; ++k) data.class_names.push_back(std::to_string(k));
+  data.pixel_scale = train.images.scalar_type() == torch::kUInt8 ? 1.0f / 255 : 1.0f;
+  data.mean = normalizer.mean();
+  data.std = normalizer.std();
   data.train = std::make_shared<ImageTensorExamples>("npy-train", std::move(train.images),
                                                      std::move(train.labels), normalizer);
   data.test = std::make_shared<ImageTensorExamples>("npy-test", std::move(test.images),

@@ -24,6 +24,11 @@ struct UserData {
   int64_t channels = 0;
   int64_t height = 0;
   int64_t width = 0;
+  // How a pixel p becomes an input: (p * pixel_scale - mean[c]) / std[c]
+  // (pixel_scale 1/255 for uint8 pixels, 1 for float32 ones).
+  float pixel_scale = 1.0f / 255;
+  std::vector<float> mean;
+  std::vector<float> std;
 };
 
 // `dir`/train/ and `dir`/test/ (or `dir`/val/ when there is no test/), one
