@@ -88,6 +88,19 @@ TEST(FlagsTest, RejectsImpossibleValues) {
   EXPECT_NE(ParseError({"--min-lr=1"}).find("--min-lr"), std::string::npos);
 }
 
+TEST(FlagsTest, UserDataNeedsItsDirectoryAndImageSizeItsDataSet) {
+  EXPECT_NE(ParseError({"--dataset=npy"}).find("--data-dir is needed with --dataset=npy"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--dataset=image-folder"}).find("--data-dir is needed"), std::string::npos);
+  EXPECT_NE(ParseError({"--image-size=64"}).find("--image-size applies to --dataset=image-folder"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--dataset=image-folder", "--data-dir=d", "--image-size=4"})
+                .find("--image-size must be in [8, 4096]"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--dataset=image-folder", "--data-dir=d", "--image-size=64"}), "");
+  EXPECT_NE(ParseError({"--dataset=imagenet"}).find("imagenet"), std::string::npos);
+}
+
 TEST(FlagsTest, RejectsUnknownModelAndListsKnownOnes) {
   const std::string error = ParseError({"--model=resnet1000"});
   EXPECT_NE(error.find("--model=resnet1000: unknown model"), std::string::npos) << error;
