@@ -146,7 +146,7 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelFileJobTest,
                          testing::Values(Recipe{"cnn", 3072, 1017, 3, 64, "0.05", 10},
-                                         Recipe{"resnet18", 256, 128, 2, 32, "0.02", 3}),
+                                         Recipe{"resnet18", 192, 64, 2, 32, "0.02", 2}),
                          [](const testing::TestParamInfo<Recipe>& info) {
                            return info.param.arch;
                          });
