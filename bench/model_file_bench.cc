@@ -203,6 +203,15 @@ std::string Figure(const char* format, double value, double over = 1) {
   return text;
 }
 
+// "1-, 5- and 15-minute load average": on a shared machine, how busy it was.
+std::string LoadAverage() {
+  double load[3] = {0, 0, 0};
+  if (::getloadavg(load, 3) != 3) return "unknown";
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2f, %.2f, %.2f", load[0], load[1], load[2]);
+  return text;
+}
+
 // A path given relative to the workspace (what `bazel run` starts in), or else
 // beside the binary's runfiles.
 std::string Resolve(const std::string& path, const char* argv0) {
@@ -288,6 +297,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const fs::path dir = dir_template;
+  const std::string load_before = LoadAverage();
 
   std::printf(
       "training throughput on %s (%s), batch %lld, %lld compute threads, %lld CIFAR-10 images "
@@ -374,6 +384,8 @@ int main(int argc, char** argv) {
   std::error_code ignored;
   fs::remove_all(dir, ignored);
 
+  std::printf("\nload average (1, 5, 15 min): %s before, %s after\n", load_before.c_str(),
+              LoadAverage().c_str());
   if (!headline_model.empty()) {
     std::printf("\nheadline: scripted %s step %s PyTorch eager, %.2f of the zoo's (%s)\n",
                 headline_model.c_str(), Figure("%.2fx", headline_vs_eager).c_str(), headline_vs_zoo,
