@@ -4,6 +4,7 @@
 #include "models/model_file.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -143,6 +144,60 @@ TEST_F(ModelFileTest, WeightsAreSharedWithTheModuleAndCopiesAreNot) {
   a->named_parameters()["fc.bias"].add_(1);  // as an optimizer step would
   EXPECT_TRUE(a->forward(x).allclose(b->forward(x) + 1, 1e-5, 1e-5));
   EXPECT_FALSE(b->named_parameters()["fc.bias"].equal(a->named_parameters()["fc.bias"]));
+}
+
+// On the CPU the module runs op by op under eager autograd, not through
+// LibTorch's optimising executor (TorchScriptNet::set_optimize_on_cpu): the
+// same loss and gradients as that executor, and the thread's executor setting
+// as it was after each forward.
+TEST_F(ModelFileTest, ModuleRunsUnoptimisedOnTheCpuWithTheOptimisingExecutorsGradients) {
+  Python(R"(
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)) + out)
+        return self.fc(F.adaptive_avg_pool2d(out, 1).flatten(1))
+torch.jit.script(Block()).save("block.pt")
+)");
+  std::unique_ptr<ModelFile> file = OpenModelFile(Path("block.pt"));
+  std::shared_ptr<Net> plain = file->Create(), optimised = file->Create();
+  auto* module = dynamic_cast<TorchScriptNet*>(optimised.get());
+  ASSERT_NE(module, nullptr);
+  EXPECT_FALSE(module->optimize_on_cpu());
+  module->set_optimize_on_cpu(true);
+  const torch::Tensor x = torch::randn({4, 3, 16, 16});
+  const torch::Tensor y = torch::randint(0, 10, {4});
+  const bool setting = torch::jit::getGraphExecutorOptimize();
+  // The profiling executor optimises from the second run on.
+  for (int run = 0; run < 3; ++run) {
+    plain->zero_grad();
+    optimised->zero_grad();
+    const torch::Tensor a = torch::nn::functional::cross_entropy(plain->forward(x), y);
+    EXPECT_EQ(torch::jit::getGraphExecutorOptimize(), setting);
+    const torch::Tensor b = torch::nn::functional::cross_entropy(optimised->forward(x), y);
+    if (run == 2) {
+      EXPECT_NE(torch::jit::lastExecutedOptimizedGraph()->toString().find("DifferentiableGraph"),
+                std::string::npos)
+          << "the optimising executor was not used: the comparison compares nothing";
+    }
+    a.backward();
+    b.backward();
+    EXPECT_NEAR(a.item<double>(), b.item<double>(), 1e-5) << "run " << run;
+    const std::vector<torch::Tensor> pa = plain->parameters(), pb = optimised->parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(pa[i].grad().allclose(pb[i].grad(), 1e-4, 1e-6)) << "run " << run << ", " << i;
+    }
+  }
+  EXPECT_TRUE(plain->named_buffers()["bn2.running_mean"].allclose(
+      optimised->named_buffers()["bn2.running_mean"]));
 }
 
 TEST_F(ModelFileTest, SavedModuleLoadsInPythonWithTheTrainedWeights) {

@@ -2,8 +2,10 @@
 
 #include <caffe2/serialize/versions.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -124,6 +126,10 @@ TorchScriptNet::TorchScriptNet(torch::jit::Module module) : module_(std::move(mo
 }
 
 torch::Tensor TorchScriptNet::forward(torch::Tensor x) {
+  // The setting is thread-local and the guard restores it: nothing else that
+  // runs TorchScript in this process is affected.
+  std::optional<torch::jit::GraphOptimizerEnabledGuard> no_optimization;
+  if (!optimize_on_cpu_ && x.is_cpu()) no_optimization.emplace(false);
   torch::jit::IValue out = module_.forward({std::move(x)});
   if (!out.isTensor()) {
     throw ModelFileError("the module's forward returned a " + out.tagKind() +

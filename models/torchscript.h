@@ -30,10 +30,21 @@ class TorchScriptNet : public Net {
   // read it.
   void train(bool on = true) override;
 
+  // Whether LibTorch's graph executor optimises the module's code when it runs
+  // on the CPU. Off by default: this LibTorch (Debian's, without LLVM) has no
+  // fuser for the CPU, so what the optimising executor adds there is autograd
+  // through differentiable subgraphs, which made training steps of ResNet-8
+  // and ResNet18 10-25% slower than running the same code op by op under
+  // eager autograd (bench/model_file_bench, docs/benchmarks.md). On CUDA the
+  // executor is left at LibTorch's default, optimising: it fuses there.
+  void set_optimize_on_cpu(bool on) { optimize_on_cpu_ = on; }
+  bool optimize_on_cpu() const { return optimize_on_cpu_; }
+
   const torch::jit::Module& module() const { return module_; }
 
  private:
   torch::jit::Module module_;
+  bool optimize_on_cpu_ = false;
 };
 
 // The names of the submodules (as in Python's named_modules(), "" for the top)
