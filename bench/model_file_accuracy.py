@@ -21,21 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+from accuracy_bench import parse_seeds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's python3-torch
 MODELS = os.path.join(ROOT, "tests", "pytorch_models.py")
 DONE = re.compile(r"done: .*test accuracy ([0-9.]+)%")
-
-
-def parse_seeds(text):
-    seeds = []
-    for part in text.split(","):
-        if "-" in part:
-            first, last = part.split("-")
-            seeds.extend(range(int(first), int(last) + 1))
-        else:
-            seeds.append(int(part))
-    return seeds
 
 
 def run(command, log):
