@@ -313,7 +313,9 @@ int main(int argc, char** argv) {
                         : "LibTorch's legacy executor, optimising");
   double load[1] = {0};
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (::getloadavg(load, 1) == 1 && cpus > 0 && load[0] + static_cast<double>(o.threads) > cpus) {
+  // Busy: another whole thread's worth of load where the compute threads fill the CPUs.
+  const double idle_cpus = std::max<double>(0, static_cast<double>(cpus - o.threads));
+  if (::getloadavg(load, 1) == 1 && cpus > 0 && load[0] >= idle_cpus + 1) {
     // Compute threads that wait for a descheduled peer spin (OpenMP's
     // default): on a busy machine a step can take ten times as long.
     std::printf(
