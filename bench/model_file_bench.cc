@@ -311,6 +311,17 @@ int main(int argc, char** argv) {
       !o.jit_optimize   ? "op by op, eager autograd (as the trainer runs it)"
       : o.jit_profiling ? "LibTorch's profiling executor, optimising"
                         : "LibTorch's legacy executor, optimising");
+  double load[1] = {0};
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  // Busy: another whole thread's worth of load where the compute threads fill the CPUs.
+  const double idle_cpus = std::max<double>(0, static_cast<double>(cpus - o.threads));
+  if (::getloadavg(load, 1) == 1 && cpus > 0 && load[0] >= idle_cpus + 1) {
+    // Compute threads that wait for a descheduled peer spin (OpenMP's
+    // default): on a busy machine a step can take ten times as long.
+    std::printf(
+        "warning: load average %.2f on %ld CPUs before the first run: figures will be noisy\n",
+        load[0], cpus);
+  }
   std::printf(
       "\n| model | zoo (ours) img/s | scripted (ours) img/s | PyTorch eager img/s | scripted / "
       "zoo | scripted / eager |\n| --- | --- | --- | --- | --- | --- |\n");
