@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/step_timing.h"
 #include "models/model_file.h"
 #include "models/registry.h"
 #include "models/torchscript.h"
@@ -57,6 +58,10 @@
 namespace {
 
 using namespace elastic::trainer;
+using elastic::bench::Join;
+using elastic::bench::Median;
+using elastic::bench::SplitList;
+using elastic::bench::ValueAfter;
 namespace fs = std::filesystem;
 
 struct BenchOptions {
@@ -90,27 +95,6 @@ struct Setting {
   }
 };
 
-std::vector<std::string> SplitList(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-std::string Join(const std::vector<double>& values) {
-  std::string text;
-  for (const double v : values) text += (text.empty() ? "" : ", ") + std::to_string(std::lround(v));
-  return text;
-}
-
 // Runs `command` through the shell; its stdout and stderr, and whether it
 // exited 0.
 bool RunCommand(const std::string& command, std::string& output) {
@@ -125,54 +109,21 @@ bool RunCommand(const std::string& command, std::string& output) {
 }
 
 // Images per second of our Learner::Step on a fresh model from `create` at
-// `setting`, fed by our Loader, after warm-up: train_step_bench's MeasureOurs
-// (same optimizer, loader and clock), with the model as a parameter. A
-// scripted module's executor profiles and optimises its graph in the first
-// runs, which fall in the warm-up.
+// `setting` (step_timing.h). A scripted module's executor, where it
+// optimises, profiles its graph in the first runs, which fall in the warm-up.
 double MeasureOurs(const std::function<std::shared_ptr<elastic::models::Net>()>& create,
                    const std::string& model_name, const std::shared_ptr<const Dataset>& data,
                    const BenchOptions& o, const Setting& setting) {
-  LoaderOptions loader_options;
-  loader_options.batch_size = o.batch_size;
-  loader_options.threads = static_cast<int>(o.loader_threads);
-  loader_options.drop_last = true;
-  loader_options.channels_last = setting.channels_last;
-  Loader loader(data, loader_options);
-  ElasticSampler sampler(data->size(), 0);
-
-  LearnerOptions learner_options;
-  learner_options.model_name = model_name;
-  learner_options.optimizer.lr = 0.1;
-  learner_options.optimizer.momentum = 0.9;
-  learner_options.optimizer.weight_decay = 5e-4;
-  learner_options.schedule.kind = ScheduleKind::kConstant;
-  learner_options.schedule.base_lr = 0.1;
-  learner_options.precision = setting.precision;
-  learner_options.channels_last = setting.channels_last;
+  elastic::bench::StepTiming timing;
+  timing.batch_size = o.batch_size;
+  timing.loader_threads = o.loader_threads;
+  timing.warmup_steps = o.warmup_steps;
+  timing.steps = o.steps;
+  timing.device = o.device;
+  timing.precision = setting.precision;
+  timing.channels_last = setting.channels_last;
   SeedTorch(0);
-  Learner learner(create(), learner_options, ResolveDevice(o.device, 0));
-
-  uint64_t epoch = 0;
-  loader.Start(sampler.Permutation(epoch), epoch);
-  std::chrono::steady_clock::time_point start;
-  for (int64_t step = 0; step < o.warmup_steps + o.steps; ++step) {
-    if (step == o.warmup_steps) start = std::chrono::steady_clock::now();
-    std::optional<Batch> batch = loader.Next();
-    if (!batch) {
-      ++epoch;
-      loader.Start(sampler.Permutation(epoch), epoch);
-      batch = loader.Next();
-    }
-    learner.Step(batch->inputs, batch->targets, 1.0);
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(o.steps * o.batch_size) / seconds;
-}
-
-double ValueAfter(const std::string& output, const std::string& key) {
-  const size_t at = output.rfind(key + "=");
-  return at == std::string::npos ? 0 : std::atof(output.c_str() + at + key.size() + 1);
+  return elastic::bench::MeasureLearnerStep(create(), model_name, data, timing);
 }
 
 // Images per second of bench/torch_peer.py at `setting` (PyTorch eager, the
