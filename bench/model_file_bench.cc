@@ -58,6 +58,7 @@
 namespace {
 
 using namespace elastic::trainer;
+using elastic::bench::Figure;
 using elastic::bench::Join;
 using elastic::bench::Median;
 using elastic::bench::SplitList;
@@ -144,14 +145,6 @@ double MeasureEager(const std::string& model, const BenchOptions& o, const Setti
     return 0;
   }
   return ValueAfter(output, "images_per_second");
-}
-
-// value (or value / over) in `format`; "-" for a figure not measured (0).
-std::string Figure(const char* format, double value, double over = 1) {
-  if (value <= 0 || over <= 0) return "-";
-  char text[32];
-  std::snprintf(text, sizeof(text), format, value / over);
-  return text;
 }
 
 // "1-, 5- and 15-minute load average": on a shared machine, how busy it was.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
@@ -73,6 +74,13 @@ double Median(std::vector<double> values) {
 std::string Join(const std::vector<double>& values) {
   std::string text;
   for (const double v : values) text += (text.empty() ? "" : ", ") + std::to_string(std::lround(v));
+  return text;
+}
+
+std::string Figure(const char* format, double value, double over) {
+  if (value <= 0 || over <= 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof(text), format, value / over);
   return text;
 }
 

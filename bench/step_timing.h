@@ -36,6 +36,8 @@ std::vector<std::string> SplitList(const std::string& list);
 double Median(std::vector<double> values);
 // The values rounded, comma-separated: one run per figure in a table's notes.
 std::string Join(const std::vector<double>& values);
+// value (or value / over) in printf `format`; "-" for a figure not measured (0).
+std::string Figure(const char* format, double value, double over = 1);
 // The number after the last "key=" in `output`; 0 if there is none.
 double ValueAfter(const std::string& output, const std::string& key);
 

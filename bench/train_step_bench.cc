@@ -44,6 +44,7 @@
 namespace {
 
 using namespace elastic::trainer;
+using elastic::bench::Figure;
 using elastic::bench::Join;
 using elastic::bench::Median;
 using elastic::bench::SplitList;
@@ -173,14 +174,6 @@ std::string Flops(double flops_per_image, double images_per_second, double peak)
   const double achieved = flops_per_image * images_per_second;
   char text[64];
   std::snprintf(text, sizeof(text), "%.1f (%.0f%%)", achieved / 1e9, 100 * achieved / peak);
-  return text;
-}
-
-// value (or value / over) in `format`; "-" for a figure not measured (0).
-std::string Figure(const char* format, double value, double over = 1) {
-  if (value <= 0 || over <= 0) return "-";
-  char text[32];
-  std::snprintf(text, sizeof(text), format, value / over);
   return text;
 }
 
