@@ -12,6 +12,7 @@
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
+#include "trainer/model_export.h"
 #include "trainer/mpi_mode.h"
 #include "trainer/trainer.h"
 
@@ -35,12 +36,15 @@ int ListModels() {
   return 0;
 }
 
-void PrintDone(const trainer::TrainResult& result, const trainer::Task& task) {
+void PrintDone(const trainer::TrainResult& result, const trainer::Task& task,
+               const std::string& checkpoint_dir) {
   // "test accuracy 91.20%", "test mean abs error 0.0312".
   std::printf("done: %lld epochs, %lld steps, test %s, %.0f train img/s%s\n",
               static_cast<long long>(result.epochs_completed), static_cast<long long>(result.steps),
               trainer::MetricLabelOf(*task.objective).FormatLong(result.last_eval.metric()).c_str(),
               result.train_images_per_second, result.early_stopped ? " (early stop)" : "");
+  std::printf("%s\n",
+              trainer::TrainedModelNote(checkpoint_dir, task.model_file != nullptr).c_str());
   if (result.last_eval.count == 0 || result.last_eval.class_count.empty()) return;
   std::printf("test accuracy by class:");
   for (size_t c = 0; c < task.class_names.size() && c < result.last_eval.class_count.size(); ++c)
@@ -63,7 +67,7 @@ int RunMpiRank(TrainOptions options, const Program& program) {
     }
     trainer::Trainer run(options, program.make_task(options), stdout, world.get());
     const trainer::TrainResult result = run.Run();
-    if (world->rank() == 0) PrintDone(result, run.task());
+    if (world->rank() == 0) PrintDone(result, run.task(), options.checkpoint_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error (MPI rank %d of %d): %s\n", program.name.c_str(),
                  world ? world->rank() : -1, world ? world->size() : 0, e.what());
@@ -142,7 +146,7 @@ int Main(int argc, char** argv, const Program& program) {
   try {
     trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
     trainer::Trainer run(options, program.make_task(options), stdout);
-    PrintDone(run.Run(), run.task());
+    PrintDone(run.Run(), run.task(), options.checkpoint_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
     return 1;

@@ -44,6 +44,17 @@ std::vector<std::string> WriteTrainedModel(const Task& task, std::string_view le
   return paths;
 }
 
+std::string TrainedModelNote(const std::string& checkpoint_dir, bool from_model_file) {
+  if (checkpoint_dir.empty()) {
+    return "note: the trained model was not saved (no --checkpoint-dir; with one, state_dict.pt " +
+           std::string(from_model_file ? "and model.pt are" : "is") + " written for Python)";
+  }
+  const std::filesystem::path dir(checkpoint_dir);
+  std::string note = "trained model: " + (dir / kStateDictFile).string() + " (torch.load)";
+  if (from_model_file) note += ", " + (dir / "model.pt").string() + " (torch.jit.load)";
+  return note;
+}
+
 std::string WriteCheckpointWithModel(const Task& task, std::string_view learner_state,
                                      const std::string& dir) {
   const std::string path = WriteCheckpointIn(dir, learner_state);

@@ -31,6 +31,11 @@ std::string StateDictBytes(const torch::nn::Module& model);
 std::vector<std::string> WriteTrainedModel(const Task& task, std::string_view learner_state,
                                            const std::string& dir);
 
+// The line a run ends with about its trained model: where its files are (in
+// `checkpoint_dir`; model.pt only for a --model-file module), or that none
+// were written because there is no checkpoint directory.
+std::string TrainedModelNote(const std::string& checkpoint_dir, bool from_model_file);
+
 // Writes `learner_state` as the checkpoint of `dir` (checkpoint.h) and then
 // the model files beside it. Returns the checkpoint's path.
 std::string WriteCheckpointWithModel(const Task& task, std::string_view learner_state,

@@ -43,6 +43,7 @@
 #include "trainer/elastic/job_metrics.h"
 #include "trainer/elastic/journal.h"
 #include "trainer/elastic/preemption_notice.h"
+#include "trainer/model_export.h"
 #include "trainer/progress.h"
 
 namespace elastic::trainer {
@@ -487,6 +488,7 @@ void ControllerActor::OnDone(proto::Done::Reader d) {
                 metric_.FormatLong(d.getTestAccuracy()).c_str(),
                 d.getEarlyStop() ? " (early stop)" : "");
   reporter_.Note(line);
+  reporter_.Note(TrainedModelNote(train_.checkpoint_dir, !train_.model_file.empty()).c_str());
   Feed(event::Done{d.getGeneration()});
 }
 
