@@ -26,6 +26,7 @@ using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
 using elastic::tests::Process;
+using elastic::tests::RunShell;
 using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkerPid;
@@ -39,22 +40,12 @@ std::string CifarDir() {
   return dir != nullptr && std::filesystem::exists(dir) ? dir : "";
 }
 
-// Runs `command` with a shell; its stdout and stderr, and whether it exited 0.
-std::string Shell(const std::string& command, bool* ok) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  std::string out;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
-  *ok = pclose(pipe) == 0;
-  return out;
-}
-
 // Scripts tests/pytorch_models.py's `arch` into `out`.
 void Script(const std::string& arch, const std::string& out, const std::string& init = "") {
   bool ok = false;
-  const std::string output = Shell(std::string(kPython) + " " + kModels + " script " + arch + " " +
-                                       out + (init.empty() ? "" : " --init " + init),
-                                   &ok);
+  const std::string output = RunShell(std::string(kPython) + " " + kModels + " script " + arch +
+                                          " " + out + (init.empty() ? "" : " --init " + init),
+                                      &ok);
   ASSERT_TRUE(ok) << output;
 }
 
@@ -63,9 +54,9 @@ void Script(const std::string& arch, const std::string& out, const std::string& 
 double PythonAccuracy(const std::string& model, const std::string& arch, int samples) {
   bool ok = false;
   const std::string output =
-      Shell(std::string(kPython) + " " + kModels + " evaluate " + model + " " + CifarDir() +
-                " --arch " + arch + " --samples " + std::to_string(samples),
-            &ok);
+      RunShell(std::string(kPython) + " " + kModels + " evaluate " + model + " " + CifarDir() +
+                   " --arch " + arch + " --samples " + std::to_string(samples),
+               &ok);
   std::smatch m;
   if (!ok || !std::regex_search(output, m, std::regex("accuracy ([0-9.]+)"))) {
     ADD_FAILURE() << "evaluating " << model << " in Python failed: " << output;

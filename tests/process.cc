@@ -22,6 +22,19 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+std::string RunShell(const std::string& command, bool* ok) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  if (pipe == nullptr) {
+    *ok = false;
+    return out;
+  }
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
+  *ok = ::pclose(pipe) == 0;
+  return out;
+}
+
 std::string WithoutProgress(const std::string& output) {
   static const std::regex progress("^epoch \\d+/\\d+ step \\d+/\\d+ ");
   std::istringstream in(output);

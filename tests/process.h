@@ -42,6 +42,10 @@ class Process {
 
 std::string ReadFile(const std::string& path);
 
+// Runs `command` with /bin/sh and waits for it: its stdout and stderr
+// together, and in `*ok` whether it exited 0 (a helper script, not a job).
+std::string RunShell(const std::string& command, bool* ok);
+
 // A job's output without its per-step progress lines ("epoch E/N step S/T
 // ..."): what a failed assertion prints, so that the events that matter fit
 // in a CI log that keeps only the head and the tail of what a test printed.

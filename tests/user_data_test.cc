@@ -21,6 +21,7 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::Process;
+using elastic::tests::RunShell;
 using elastic::tests::WithoutProgress;
 
 constexpr char kCifar[] = "trainer/cifar";
@@ -35,12 +36,10 @@ std::string CifarDir() {
 }
 
 void Write(const std::string& args) {
-  const std::string command = std::string(kPython) + " " + kWriter + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
-  ASSERT_EQ(pclose(pipe), 0) << command << ": " << out;
+  const std::string command = std::string(kPython) + " " + kWriter + " " + args;
+  bool ok = false;
+  const std::string out = RunShell(command, &ok);
+  ASSERT_TRUE(ok) << command << ": " << out;
 }
 
 double FinalAccuracy(const std::string& output) {
