@@ -770,6 +770,8 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
   config.start_timeout_ms = std::max<int64_t>(ms(elastic.rendezvous_timeout), 120000);
   config.rendezvous_timeout_ms = ms(elastic.rendezvous_timeout);
   config.drain_timeout_ms = ms(elastic.drain_timeout);
+  config.admit_at_commit = elastic.admit_at == "commit";
+  config.join_window_ms = ms(elastic.join_window);
   config.blacklist_after = elastic.blacklist_after;
   config.blacklist_ms = ms(elastic.blacklist_seconds);
   config.resume = train.resume;
@@ -962,7 +964,8 @@ int RunJoin(const ElasticOptions& elastic) {
   agent.SpawnWorkers(static_cast<uint32_t>(elastic.workers));
   Say("join: node " + std::to_string(agent.node_id()) + " added " +
       std::to_string(elastic.workers) + " workers to " + elastic.join +
-      "; they enter at the next epoch boundary. SIGTERM here drains them.");
+      "; they enter at the job's next commit (the next epoch boundary under "
+      "--admit-at=epoch). SIGTERM here drains them.");
   const std::unique_ptr<PreemptionWatcher> watcher = WatchForPreemption(elastic, agent, "join");
   return agent.RunUntilSignalled();
 }

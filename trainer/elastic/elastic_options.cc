@@ -31,9 +31,21 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddInt("max-workers", &o.max_workers, "elastic: joins beyond this many workers wait; 0: none");
   f.AddInt("commit-every", &o.commit_every,
            "elastic: steps between in-memory commits (a failure redoes at most this many steps)");
+  f.AddString("admit-at", &o.admit_at,
+              "elastic: when joins and graceful leaves (SIGTERM, a preemption notice) take "
+              "effect. commit: at the next commit (--commit-every), the rest of the epoch "
+              "re-sharded over the new world, every sample still once; epoch: at the next epoch "
+              "boundary, so that a joiner waits up to an epoch. commit is the default: it keeps "
+              "more of the machines' time as training on a spot trace (docs/benchmarks.md)",
+              {"commit", "epoch"});
+  f.AddDouble("join-window", &o.join_window,
+              "elastic: seconds that workers joining after every worker was lost wait for "
+              "others that register together, so that one generation forms at their full world "
+              "(it starts sooner once the job's largest world is back); later ones enter at the "
+              "next commit. 0: start with the first");
   f.AddDouble("drain-timeout", &o.drain_timeout,
-              "elastic: seconds a worker told to leave (SIGTERM) waits for the epoch boundary "
-              "before it leaves at the next commit");
+              "elastic: with --admit-at=epoch, seconds a worker told to leave (SIGTERM) waits "
+              "for the epoch boundary before it leaves at the next commit");
   f.AddDouble("rendezvous-timeout", &o.rendezvous_timeout,
               "elastic: seconds to wait below --min-workers before stopping with a checkpoint; "
               "also how long a worker whose communicator could not be built waits for a new "
@@ -88,8 +100,9 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "runs/<date-time> in the directory the job was started from");
   f.AddString("preemption-notice", &o.preemption_notice,
               "elastic: watch this machine's cloud for a spot preemption notice and drain its "
-              "workers (they leave at the next epoch boundary, or at the next commit after "
-              "--drain-timeout) as soon as one appears: gce (30 s of notice), aws (120 s; "
+              "workers (they leave at the next commit; with --admit-at=epoch at the next epoch "
+              "boundary, or the next commit after --drain-timeout) as soon as one appears: gce (30 "
+              "s of notice), aws (120 s; "
               "IMDSv2), gce:URL or aws:URL (another metadata server), or an http(s) URL that "
               "answers 200 once a notice is out. Polled every second. Empty: only SIGTERM "
               "drains");
@@ -143,6 +156,8 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
     throw FlagError("--workers is above --max-workers");
   if (o.commit_every < 1) throw FlagError("--commit-every must be >= 1");
   if (o.drain_timeout < 0) throw FlagError("--drain-timeout must be >= 0");
+  if (!(o.join_window >= 0) || o.join_window > 600)
+    throw FlagError("--join-window must be in [0, 600] seconds");
   if (o.rendezvous_timeout <= 0) throw FlagError("--rendezvous-timeout must be > 0");
   // Two heartbeat intervals at least, or one late heartbeat fails a healthy peer.
   if (!(o.heartbeat_timeout >= 0.2) || o.heartbeat_timeout > 3600)

@@ -25,7 +25,12 @@ struct ElasticOptions {
   int64_t min_workers = 1;
   int64_t max_workers = 0;  // 0: no limit
   int64_t commit_every = 20;
-  double drain_timeout = 30;       // seconds
+  double drain_timeout = 30;  // seconds
+  // "commit": joins and graceful leaves take effect at the next commit;
+  // "epoch": at the next epoch boundary. The default is the one that kept
+  // more goodput on the p3 spot trace (bench/spot_trace_bench.py).
+  std::string admit_at = "commit";
+  double join_window = 2;          // seconds; after a mass loss, for joiners that register together
   double rendezvous_timeout = 60;  // seconds
   double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
   double reconnect_timeout = 60;   // seconds nodes and workers wait for a lost head

@@ -111,6 +111,29 @@ TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
   EXPECT_FALSE(IsElasticRun(ElasticOptions()));
 }
 
+TEST(ElasticOptionsTest, AdmissionAndJoinWindow) {
+  TrainOptions train;
+  ElasticOptions elastic;
+  EXPECT_EQ(elastic.admit_at, "commit");
+  ParseJobArgs({"--admit-at=epoch", "--join-window=0.5"}, &train, &elastic);
+  EXPECT_EQ(elastic.admit_at, "epoch");
+  EXPECT_DOUBLE_EQ(elastic.join_window, 0.5);
+  try {
+    ParseJobArgs({"--admit-at=step"}, &train, &elastic);
+    FAIL() << "--admit-at=step accepted";
+  } catch (const FlagError& e) {
+    EXPECT_NE(std::string(e.what()).find("--admit-at"), std::string::npos) << e.what();
+  }
+  ElasticOptions o;
+  o.workers = 2;
+  o.join_window = -1;
+  ExpectFlagError(o, "--join-window");
+  o.join_window = 601;
+  ExpectFlagError(o, "--join-window");
+  o.join_window = 0;
+  ValidateElasticOptions(o, TrainOptions());
+}
+
 TEST(ElasticOptionsTest, StateDirIsTheDriversOnly) {
   TrainOptions train;
   ElasticOptions elastic;

@@ -12,6 +12,10 @@ bool Contains(const std::vector<uint64_t>& ids, uint64_t id) {
 
 std::string Seconds(int64_t ms) { return std::to_string(ms / 1000) + " s"; }
 
+std::string SecondsTenths(int64_t ms) {
+  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
+}
+
 }  // namespace
 
 bool operator<(const StatePoint& a, const StatePoint& b) {
@@ -155,6 +159,7 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
     return;
   }
   if (static_cast<int64_t>(view_.size()) < config_.min_workers && stopping_.empty()) return;
+  largest_world_ = std::max(largest_world_, view_.size());
   const StateSource source = SourceFor(view_);
   if (started_ && source.kind == SourceKind::kFresh && !NothingCommittedYet())
     return StateLost("every holder of the state was lost");
@@ -180,8 +185,8 @@ void JobController::OnDraining(const event::Draining& e) {
   if (it == members_.end() || it->second.draining) return;
   it->second.draining = true;
   it->second.draining_since_ms = now_;
-  Say("driver: worker " + std::to_string(e.member) +
-      " is leaving (preemption notice); it leaves at the next epoch boundary");
+  Say("driver: worker " + std::to_string(e.member) + " is leaving (preemption notice); it leaves " +
+      (config_.admit_at_commit ? "at the next commit" : "at the next epoch boundary"));
 }
 
 void JobController::OnCommit(const event::Commit& e) {
@@ -447,8 +452,11 @@ void JobController::Run() {
     if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
       below_minimum_since_.reset();
       if (started_ && !StateAvailable()) return StateLost("every holder of the state was lost");
+      if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
+      gathering_since_.reset();
       return Publish(next, std::to_string(joining.size()) + " joined below --min-workers");
     }
+    gathering_since_.reset();
     if (!below_minimum_since_) {
       below_minimum_since_ = now_;
       Say("driver: " + std::to_string(view_.size()) + " workers, below --min-workers=" +
@@ -468,7 +476,9 @@ void JobController::Run() {
   }
   below_minimum_since_.reset();
   if (stop_signals_ == 0 && joining.empty() && leaving.empty()) return;
-  const bool at_next_commit = drain_expired || stop_signals_ >= 2;
+  // A first stop signal still stops at the epoch boundary, joins or not.
+  const bool at_next_commit =
+      drain_expired || stop_signals_ >= 2 || (stop_signals_ == 0 && config_.admit_at_commit);
   if (requested_ && (*requested_ || !at_next_commit)) return;  // asked already
   requested_ = at_next_commit;
   out_.push_back(action::RequestStop{generation_, view_.front(), at_next_commit});
@@ -493,6 +503,22 @@ std::vector<uint64_t> JobController::Joinable(size_t staying, bool blacklisted_t
     joining.push_back(id);
   }
   return joining;
+}
+
+bool JobController::JoinWindowOver(size_t ready) {
+  // Before the first generation --workers / --min-workers decide; a job back
+  // at its largest world, or at --max-workers, has nobody left to wait for.
+  if (!started_ || config_.join_window_ms <= 0 || ready >= largest_world_ ||
+      (config_.max_workers > 0 && static_cast<int64_t>(ready) >= config_.max_workers))
+    return true;
+  if (!gathering_since_) {
+    gathering_since_ = now_;
+    Say("driver: " + std::to_string(ready) + " workers can train again; waiting up to " +
+        SecondsTenths(config_.join_window_ms) +
+        " (--join-window) for more that join together (the job trained with up to " +
+        std::to_string(largest_world_) + ")");
+  }
+  return now_ - *gathering_since_ >= config_.join_window_ms;
 }
 
 bool JobController::Blacklisted(uint64_t node) {

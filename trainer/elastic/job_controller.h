@@ -65,7 +65,16 @@ struct ControllerConfig {
   int64_t start_timeout_ms = 120000;
   int64_t rendezvous_timeout_ms = 60000;  // below min_workers, at most this long
   int64_t drain_timeout_ms = 30000;       // a draining worker leaves at a commit after this
-  int64_t blacklist_after = 3;            // failures of one node
+  // Joins and graceful leaves take effect at the next commit (the rest of the
+  // epoch re-sharded over the new world); false: at the next epoch boundary
+  // (drains at a commit only after drain_timeout_ms).
+  bool admit_at_commit = true;
+  // While nobody trains after the job started (every worker lost), the first
+  // joiners wait this long for others that register together before their
+  // generation starts, unless the largest world trained so far is back
+  // sooner; later ones enter like any join (ms; 0: at once).
+  int64_t join_window_ms = 2000;
+  int64_t blacklist_after = 3;  // failures of one node
   int64_t blacklist_ms = 300000;
   bool resume = false;  // the first generation reads --checkpoint-dir
   // After rank 0's stop report, the others' reports are waited for this long
@@ -252,6 +261,9 @@ class JobController {
   // unless `blacklisted_too`), up to --max-workers with `staying` in the view.
   std::vector<uint64_t> Joinable(size_t staying, bool blacklisted_too = false);
   bool Blacklisted(uint64_t node);
+  // Nobody trains and `ready` workers could start a generation: whether to
+  // start it now or to wait, within --join-window, for more that join together.
+  bool JoinWindowOver(size_t ready);
   // Members holding the newest commit first (a holder then broadcasts), the order kept otherwise.
   void SortNewestFirst(std::vector<uint64_t>& ids);
   StateSource SourceFor(const std::vector<uint64_t>& members) const;
@@ -298,6 +310,8 @@ class JobController {
   std::optional<int64_t> stop_committed_at_;  // when rank 0 reported the commit it stopped at
   std::set<uint64_t> stopped_;                // members of the view out of the stop's collective
   std::optional<int64_t> below_minimum_since_;
+  std::optional<int64_t> gathering_since_;  // the join window opened (nobody trains)
+  size_t largest_world_ = 0;                // of the generations that trained
   int stop_signals_ = 0;
   std::string stopped_by_;
   std::string stopping_;                   // non-empty once a stop generation is on its way

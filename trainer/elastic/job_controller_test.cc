@@ -112,6 +112,13 @@ ControllerConfig Config(int64_t workers, int64_t min_workers = 1) {
   ControllerConfig config;
   config.initial_workers = workers;
   config.min_workers = min_workers;
+  // A joiner after a mass loss starts at once; the window has its own tests.
+  config.join_window_ms = 0;
+  return config;
+}
+
+ControllerConfig AdmitAtEpoch(ControllerConfig config) {
+  config.admit_at_commit = false;
   return config;
 }
 
@@ -172,8 +179,41 @@ TEST(JobControllerTest, WorkersThatExitBeforeRegisteringFailTheStartAtOnce) {
   EXPECT_TRUE(Said(job.all(), "exited before joining"));
 }
 
-TEST(JobControllerTest, JoinWaitsForTheEpochBoundaryThenExtendsTheView) {
+// The default: a joiner enters at the next commit, wherever in the epoch it
+// is; the members hold that commit and broadcast it, the rest of the epoch is
+// theirs and the joiner's.
+TEST(JobControllerTest, JoinEntersAtTheNextCommit) {
   Job job = Started(Config(2));
+  job.Register(3);
+  const auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit);
+  EXPECT_EQ(requests[0].member, 1u);  // rank 0
+  job.Advance(50);
+  EXPECT_TRUE(Only<action::RequestStop>(job.Take()).empty()) << "asked once per generation";
+
+  job.Commit(At(0, 640, 20), false, /*stopped=*/true);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 joined");
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point, At(0, 640, 20));
+  EXPECT_TRUE(job.LastStart()->stop.empty());
+}
+
+// A first stop signal still stops the job at the epoch boundary when a
+// joiner waits: the join does not turn it into a stop at the next commit.
+TEST(JobControllerTest, AFirstStopSignalKeepsTheEpochBoundaryWithAJoinerWaiting) {
+  Job job = Started(Config(2));
+  job.Feed(event::StopSignal{1, "SIGTERM"});
+  job.Register(3);
+  const auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_FALSE(requests.empty());
+  for (const auto& request : requests) EXPECT_FALSE(request.at_next_commit);
+}
+
+TEST(JobControllerTest, AdmitAtEpochJoinWaitsForTheEpochBoundaryThenExtendsTheView) {
+  Job job = Started(AdmitAtEpoch(Config(2)));
   job.Register(3);
   std::vector<Action> actions = job.Take();
   const auto requests = Only<action::RequestStop>(actions);
@@ -235,8 +275,21 @@ TEST(JobControllerTest, MaxWorkersKeepsJoinersPending) {
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2}));
 }
 
-TEST(JobControllerTest, GracefulLeaveAtTheBoundaryAndAtTheNextCommitAfterTheDrainTimeout) {
-  ControllerConfig config = Config(3);
+TEST(JobControllerTest, GracefulLeaveAtTheNextCommit) {
+  Job job = Started(Config(3));
+  job.Feed(event::Draining{2});
+  EXPECT_TRUE(Said(job.all(), "it leaves at the next commit"));
+  const auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit);
+  job.Commit(At(0, 64, 2), false, true);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 left");
+}
+
+TEST(JobControllerTest,
+     AdmitAtEpochGracefulLeaveAtTheBoundaryAndAtTheNextCommitAfterTheDrainTimeout) {
+  ControllerConfig config = AdmitAtEpoch(Config(3));
   config.drain_timeout_ms = 1000;
   Job job = Started(config);
   job.Feed(event::Draining{2});
@@ -483,6 +536,95 @@ TEST(JobControllerTest, StopSignalsStopAtTheBoundaryThenAtTheNextCommit) {
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(job.LastStart()->stop, "stopped by SIGTERM to the driver");
   EXPECT_EQ(job.ExitCode(), kExitStopped);
+}
+
+// After a mass loss the first joiners wait --join-window for those that
+// register together: one generation at the full world, not one per node.
+TEST(JobControllerTest, AfterAMassLossJoinersThatComeTogetherFormOneGeneration) {
+  ControllerConfig config = Config(4);
+  config.join_window_ms = 2000;
+  Job job = Started(config);
+  job.Commit(At(0, 512, 16), /*copy=*/true);
+  job.KillAll({1, 2, 3, 4});
+  ASSERT_TRUE(job.view().empty());
+  const uint64_t empty = job.generation();
+  job.Register(5, 2);
+  job.Register(6, 2);
+  job.Advance(900);
+  EXPECT_EQ(job.generation(), empty) << "two of four: the window is open";
+  EXPECT_TRUE(Said(job.all(), "waiting up to 2.0 s (--join-window)"));
+  job.Register(7, 3);
+  job.Register(8, 3);  // the largest world is back: no need to wait longer
+  EXPECT_EQ(job.generation(), empty + 1);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_EQ(job.LastStart()->source.point, At(0, 512, 16));
+}
+
+// The window is bounded: whoever registered when it closes starts, and a
+// later joiner enters at the next commit like any join.
+TEST(JobControllerTest, TheJoinWindowIsBoundedAndLaterJoinersEnterAtTheNextCommit) {
+  ControllerConfig config = Config(4);
+  config.join_window_ms = 2000;
+  Job job = Started(config);
+  job.Commit(At(0, 512, 16), true);
+  job.KillAll({1, 2, 3, 4});
+  const uint64_t empty = job.generation();
+  job.Register(5, 2);
+  job.Advance(1000);
+  job.Register(6, 2);
+  job.Advance(999);
+  EXPECT_EQ(job.generation(), empty);
+  job.Advance(1);
+  EXPECT_EQ(job.generation(), empty + 1);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{5, 6}));
+  job.Sync(At(0, 512, 16));
+  job.Take();
+  job.Register(7, 3);
+  const auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit);
+}
+
+// A job that never trained more than one worker has nobody to wait for; the
+// window also closes at --max-workers.
+TEST(JobControllerTest, NoJoinWindowOnceTheLargestWorldOrMaxWorkersIsBack) {
+  ControllerConfig config = Config(1);
+  config.join_window_ms = 2000;
+  Job one = Started(config);
+  one.Commit(At(0, 128, 4), true);
+  one.Kill(1);
+  one.Register(2, 2);
+  EXPECT_EQ(one.view(), (std::vector<uint64_t>{2}));
+
+  config = Config(3);
+  config.join_window_ms = 2000;
+  config.max_workers = 3;
+  Job capped = Started(config);
+  capped.Commit(At(0, 128, 4), true);
+  capped.KillAll({1, 2, 3});
+  for (uint64_t m = 4; m <= 6; ++m) capped.Register(m, 2);
+  EXPECT_EQ(capped.view(), (std::vector<uint64_t>{4, 5, 6}));
+}
+
+// Joiners that leave again while the window is open do not leave it open
+// for the next one: that one waits a full window of its own.
+TEST(JobControllerTest, TheJoinWindowOpensAgainAfterItsJoinersAreGone) {
+  ControllerConfig config = Config(2);
+  config.join_window_ms = 2000;
+  Job job = Started(config);
+  job.Commit(At(0, 128, 4), true);
+  job.KillAll({1, 2});
+  const uint64_t empty = job.generation();
+  job.Register(3, 2);
+  job.Advance(1500);
+  job.Feed(event::Gone{3, true});
+  job.Advance(1000);
+  job.Register(4, 3);
+  job.Advance(1000);
+  EXPECT_EQ(job.generation(), empty);
+  job.Advance(1000);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{4}));
 }
 
 TEST(JobControllerTest, StopBeforeTheStartIsAnError) {

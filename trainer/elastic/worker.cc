@@ -340,7 +340,10 @@ void Worker::AbortOlderThan(uint64_t generation) {
 void Worker::ReportDrainingOnce() {
   if (drain_reported_ || !g_terminate_requested.load()) return;
   drain_reported_ = true;
-  controller_.Log("SIGTERM: leaving at the next epoch boundary (or commit after --drain-timeout)");
+  controller_.Log(elastic_.admit_at == "commit"
+                      ? "SIGTERM: leaving at the next commit"
+                      : "SIGTERM: leaving at the next epoch boundary (or commit after "
+                        "--drain-timeout)");
   controller_.Tell<proto::Draining>(
       [&](proto::Draining::Builder m) { m.setMemberId(controller_.member_id()); });
 }
