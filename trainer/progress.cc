@@ -40,6 +40,7 @@ void ProgressReporter::StartEpoch(int64_t epoch, int64_t epochs, int64_t steps_i
   epochs_ = epochs;
   steps_in_epoch_ = steps_in_epoch;
   start_ = std::chrono::steady_clock::now();
+  first_seen_ = false;
 }
 
 double ProgressReporter::epoch_seconds() const {
@@ -48,15 +49,23 @@ double ProgressReporter::epoch_seconds() const {
 
 void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t images_in_epoch,
                             double mean_loss, double accuracy, double lr) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!first_seen_) {
+    first_seen_ = true;
+    first_time_ = now;
+    first_step_ = step_in_epoch;
+    first_images_ = images_in_epoch;
+  }
   const bool last = step_in_epoch == steps_in_epoch_;
   if (!live_ && step_in_epoch % log_every_ != 0 && !last) return;
-  const double seconds = epoch_seconds();
-  // Below a millisecond the rate is noise (the first step of an epoch that
-  // started with a restored commit reports its images at once).
-  const double rate = seconds > 1e-3 ? static_cast<double>(images_in_epoch) / seconds : 0;
-  const double eta = step_in_epoch > 0 ? seconds / static_cast<double>(step_in_epoch) *
-                                             static_cast<double>(steps_in_epoch_ - step_in_epoch)
-                                       : 0;
+  const double seconds = std::chrono::duration<double>(now - first_time_).count();
+  const int64_t steps = step_in_epoch - first_step_;
+  // Below a millisecond the rate is noise.
+  const double rate =
+      seconds > 1e-3 ? static_cast<double>(images_in_epoch - first_images_) / seconds : 0;
+  const double eta = steps > 0 ? seconds / static_cast<double>(steps) *
+                                     static_cast<double>(steps_in_epoch_ - step_in_epoch)
+                               : 0;
   // The elastic driver learns loss and accuracy at commit points: before the
   // epoch's first one there is nothing to show yet, which is not a zero.
   char measured[128];

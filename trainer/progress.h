@@ -64,6 +64,13 @@ class ProgressReporter {
   bool line_open_ = false;
   MetricLabel metric_;
   std::chrono::steady_clock::time_point start_;
+  // The first step shown in this epoch: the rate and the ETA count from it,
+  // since an epoch that starts from a commit mid-epoch (a restore, a join)
+  // reports the images before it at once.
+  bool first_seen_ = false;
+  std::chrono::steady_clock::time_point first_time_;
+  int64_t first_step_ = 0;
+  int64_t first_images_ = 0;
 };
 
 }  // namespace elastic::trainer

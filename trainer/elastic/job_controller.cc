@@ -454,7 +454,8 @@ void JobController::Run() {
       if (started_ && !StateAvailable()) return StateLost("every holder of the state was lost");
       if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
       gathering_since_.reset();
-      return Publish(next, std::to_string(joining.size()) + " joined below --min-workers");
+      return Publish(next, std::to_string(joining.size()) + " joined " +
+                               (view_.empty() ? "with no worker left" : "below --min-workers"));
     }
     gathering_since_.reset();
     if (!below_minimum_since_) {

@@ -557,6 +557,7 @@ TEST(JobControllerTest, AfterAMassLossJoinersThatComeTogetherFormOneGeneration) 
   job.Register(8, 3);  // the largest world is back: no need to wait longer
   EXPECT_EQ(job.generation(), empty + 1);
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(job.LastStart()->reason, "4 joined with no worker left");
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
   EXPECT_EQ(job.LastStart()->source.point, At(0, 512, 16));
 }
