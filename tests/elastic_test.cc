@@ -635,9 +635,10 @@ TEST(ElasticTest, NobodyJoinsAfterAMassLossTheControllersCopyIsTheCheckpoint) {
 }
 
 // A spot pool taken back with notice: every worker gets SIGTERM at once and
-// leaves at the epoch boundary, sending its stop commit to the controller.
-// The job outlives them: a worker joining later continues from that commit
-// (epoch 3, step 96), not from a checkpoint or a fresh model.
+// leaves at the next commit (--admit-at=commit), sending its stop commit to
+// the controller. The job outlives them: a worker joining later continues
+// from that commit (in epoch 2, before its boundary at step 96), not from a
+// checkpoint or a fresh model.
 TEST(ElasticTest, EveryWorkerLeavingAtOnceThenAJoinContinuesFromTheStopCommit) {
   const std::string dir = FreshTempDir("allleave");
   std::vector<std::string> args = JobArgs(dir, 2, 3);
@@ -658,13 +659,18 @@ TEST(ElasticTest, EveryWorkerLeavingAtOnceThenAJoinContinuesFromTheStopCommit) {
       dir + "/join.log");
   ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
   const std::string output = driver.Output() + joiner.Output();
-  EXPECT_NE(output.find("every worker is leaving; the controller's copy keeps their last commit "
-                        "(epoch 3 position 0 step 96)"),
-            std::string::npos)
+  std::smatch kept;
+  ASSERT_TRUE(std::regex_search(output, kept,
+                                std::regex("every worker is leaving; the controller's copy keeps "
+                                           "their last commit \\(epoch 2 position \\d+ step "
+                                           "(\\d+)\\)")))
       << WithoutProgress(output);
+  const int64_t left_at = std::stoll(kept[1]);
+  EXPECT_GE(left_at, 60) << "SIGTERM came 12 steps into epoch 2 (step 60)";
+  EXPECT_LT(left_at, 96) << "the next commit, not the epoch boundary";
   EXPECT_NE(output.find("restores the controller's copy"), std::string::npos)
       << WithoutProgress(output);
-  EXPECT_EQ(StepRestoredAfter(output, 2), 96) << WithoutProgress(output);
+  EXPECT_EQ(StepRestoredAfter(output, 2), left_at) << WithoutProgress(output);
   EXPECT_NE(output.find("epoch 3/3 world 1"), std::string::npos) << WithoutProgress(output);
   EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << WithoutProgress(output);
   ExpectOneChecksumPerGeneration(output);
