@@ -80,17 +80,19 @@ massloss_case() {
   sleep 0.5
   "$BIN" --join="127.0.0.1:$port" --workers=4 --token-file="$dir/token" >"$dir/j1.log" 2>&1 &
   wait "$driver"
-  local first last view generations first_step
-  first=$(grep -o "I [0-9.]* [0-9]* head\] member \(9\|1[0-6]\) " "$dir/driver.log" | head -1 |
+  # Only what happened after every worker was gone: the joiners' registrations,
+  # the views published until the one of 8, and that view's first step.
+  local after first last view generations first_step
+  after=$(sed -n '/generation [0-9]*: 0 workers/,$p' "$dir/driver.log")
+  first=$(grep -o "I [0-9.]* [0-9]* head\] member [0-9]* ([^)]*) joined" <<<"$after" | head -1 |
     awk '{print $2}')
-  last=$(grep -o "I [0-9.]* [0-9]* head\] member \(9\|1[0-6]\) " "$dir/driver.log" | tail -1 |
+  last=$(grep -o "I [0-9.]* [0-9]* head\] member [0-9]* ([^)]*) joined" <<<"$after" | tail -1 |
     awk '{print $2}')
-  view=$(grep -o "I [0-9.]* [0-9]* head\] published view of 8 " "$dir/driver.log" | tail -1 |
+  view=$(grep -o "I [0-9.]* [0-9]* head\] published view of 8 " <<<"$after" | head -1 |
     awk '{print $2}')
-  generations=$(grep -c "rescale: generation [0-9]* ([0-9]* workers, [0-9]* joined" \
-    "$dir/driver.log" || true)
-  first_step=$(grep -o "rescale: generation [0-9]* (8 workers, [^)]*joined[^)]*): first step [0-9.]* s" \
-    "$dir/driver.log" | tail -1 | grep -o "[0-9.]* s$")
+  generations=$(sed -n '1,/published view of 8 /p' <<<"$after" | grep -c "published view of")
+  first_step=$(grep -o "rescale: generation [0-9]* (8 workers, [^)]*): first step [0-9.]* s" \
+    <<<"$after" | head -1 | grep -o "[0-9.]* s$")
   echo "| ${1:-(default)} | $generations | $(seconds_between "$first" "$last") s |" \
     "$(seconds_between "$last" "$view") s | $first_step |"
   rm -rf "$dir"

@@ -514,12 +514,17 @@ bool JobController::JoinWindowOver(size_t ready) {
     return true;
   if (!gathering_since_) {
     gathering_since_ = now_;
-    Say("driver: " + std::to_string(ready) + " workers can train again; waiting up to " +
-        SecondsTenths(config_.join_window_ms) +
-        " (--join-window) for more that join together (the job trained with up to " +
-        std::to_string(largest_world_) + ")");
+    gathered_ = 0;
+    Say("driver: " + std::to_string(ready) + " workers can train again; waiting for more that " +
+        "join together until none came for " + SecondsTenths(config_.join_window_ms) +
+        " (--join-window; the job trained with up to " + std::to_string(largest_world_) + ")");
   }
-  return now_ - *gathering_since_ >= config_.join_window_ms;
+  if (ready > gathered_) {
+    gathered_ = ready;
+    last_arrival_ = now_;
+  }
+  return now_ - last_arrival_ >= config_.join_window_ms ||
+         now_ - *gathering_since_ >= kJoinWindows * config_.join_window_ms;
 }
 
 bool JobController::Blacklisted(uint64_t node) {

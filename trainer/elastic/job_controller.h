@@ -57,6 +57,10 @@ struct StateSource {
   StatePoint point;  // what the source holds
 };
 
+// The join window's bound, in windows after the first joiner: replacements
+// that keep arriving one by one do not hold the job back for long.
+inline constexpr int64_t kJoinWindows = 4;
+
 struct ControllerConfig {
   int64_t initial_workers = 1;  // registered workers that start the job at once
   int64_t min_workers = 1;
@@ -69,10 +73,11 @@ struct ControllerConfig {
   // epoch re-sharded over the new world); false: at the next epoch boundary
   // (drains at a commit only after drain_timeout_ms).
   bool admit_at_commit = true;
-  // While nobody trains after the job started (every worker lost), the first
-  // joiners wait this long for others that register together before their
-  // generation starts, unless the largest world trained so far is back
-  // sooner; later ones enter like any join (ms; 0: at once).
+  // While nobody trains after the job started (every worker lost), joiners
+  // wait for others that register together: the generation starts once this
+  // long passed with no new joiner (at most kJoinWindows times this after the
+  // first), or as soon as the largest world trained so far is back; later
+  // ones enter like any join (ms; 0: at once).
   int64_t join_window_ms = 2000;
   int64_t blacklist_after = 3;  // failures of one node
   int64_t blacklist_ms = 300000;
@@ -311,6 +316,8 @@ class JobController {
   std::set<uint64_t> stopped_;                // members of the view out of the stop's collective
   std::optional<int64_t> below_minimum_since_;
   std::optional<int64_t> gathering_since_;  // the join window opened (nobody trains)
+  int64_t last_arrival_ = 0;                // when the number of joiners last grew
+  size_t gathered_ = 0;                     // joiners then
   size_t largest_world_ = 0;                // of the generations that trained
   int stop_signals_ = 0;
   std::string stopped_by_;

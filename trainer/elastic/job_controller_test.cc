@@ -552,7 +552,7 @@ TEST(JobControllerTest, AfterAMassLossJoinersThatComeTogetherFormOneGeneration) 
   job.Register(6, 2);
   job.Advance(900);
   EXPECT_EQ(job.generation(), empty) << "two of four: the window is open";
-  EXPECT_TRUE(Said(job.all(), "waiting up to 2.0 s (--join-window)"));
+  EXPECT_TRUE(Said(job.all(), "until none came for 2.0 s (--join-window"));
   job.Register(7, 3);
   job.Register(8, 3);  // the largest world is back: no need to wait longer
   EXPECT_EQ(job.generation(), empty + 1);
@@ -562,9 +562,9 @@ TEST(JobControllerTest, AfterAMassLossJoinersThatComeTogetherFormOneGeneration) 
   EXPECT_EQ(job.LastStart()->source.point, At(0, 512, 16));
 }
 
-// The window is bounded: whoever registered when it closes starts, and a
-// later joiner enters at the next commit like any join.
-TEST(JobControllerTest, TheJoinWindowIsBoundedAndLaterJoinersEnterAtTheNextCommit) {
+// The window closes once no joiner came for --join-window: whoever registered
+// then starts, and a later joiner enters at the next commit like any join.
+TEST(JobControllerTest, TheJoinWindowClosesWhenJoinersStopComingAndLaterOnesEnterAtACommit) {
   ControllerConfig config = Config(4);
   config.join_window_ms = 2000;
   Job job = Started(config);
@@ -574,8 +574,8 @@ TEST(JobControllerTest, TheJoinWindowIsBoundedAndLaterJoinersEnterAtTheNextCommi
   job.Register(5, 2);
   job.Advance(1000);
   job.Register(6, 2);
-  job.Advance(999);
-  EXPECT_EQ(job.generation(), empty);
+  job.Advance(1999);
+  EXPECT_EQ(job.generation(), empty) << "a joiner came 1.999 s ago";
   job.Advance(1);
   EXPECT_EQ(job.generation(), empty + 1);
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{5, 6}));
@@ -585,6 +585,28 @@ TEST(JobControllerTest, TheJoinWindowIsBoundedAndLaterJoinersEnterAtTheNextCommi
   const auto requests = Only<action::RequestStop>(job.Take());
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_TRUE(requests[0].at_next_commit);
+}
+
+// Joiners that keep coming one by one hold the job back kJoinWindows windows
+// at most.
+TEST(JobControllerTest, TheJoinWindowIsBounded) {
+  ControllerConfig config = Config(8);
+  config.join_window_ms = 2000;
+  Job job = Started(config);
+  job.Commit(At(0, 512, 16), true);
+  job.KillAll({1, 2, 3, 4, 5, 6, 7, 8});
+  const uint64_t empty = job.generation();
+  for (uint64_t m = 9; m <= 13; ++m) {
+    job.Register(m, m);
+    job.Advance(1500);
+  }
+  // The fifth came at 6.0 s; the bound is 8.0 s after the first.
+  EXPECT_EQ(job.generation(), empty);
+  job.Advance(499);
+  EXPECT_EQ(job.generation(), empty);
+  job.Advance(1);
+  EXPECT_EQ(job.generation(), empty + 1);
+  EXPECT_EQ(job.view().size(), 5u);
 }
 
 // A job that never trained more than one worker has nobody to wait for; the
