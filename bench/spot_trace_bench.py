@@ -82,15 +82,20 @@ trace event to the end of the replayed part)
                     Torchrun: rank 0's STEP lines (samples = the step's samples
                     over all ranks).
   samples kept      the job's progress at the end of the window, counted in
-                    samples of its epochs (epoch x N + position). Ours: the
-                    samples of every step that no later generation rolled back
-                    (a step of generation g is rolled back when a later
-                    generation restored a point at or before it; the rule of
-                    tests/job_checks.h), without the step in flight when the
-                    window ended; at most --commit-every steps of it are not
-                    yet committed. Torchrun: epoch x N + samples_done of the
-                    last STEP line, i.e. the samples up to the checkpoint its
-                    last restart resumed from plus those trained after.
+                    samples of its epochs (epoch x N + position), as the job
+                    itself goes on from it: after the window the job runs on
+                    without events until its next step (at most
+                    --settle-timeout), which says whether the window's last
+                    steps survive. Ours: the samples of every step logged in
+                    the window that no later generation (also one after the
+                    window) rolled back: a step of generation g is rolled back
+                    when a later generation restored a point at or before it,
+                    the rule of tests/job_checks.h. Torchrun: epoch x N +
+                    samples_done of the last STEP line of the window, or, when
+                    the first step after the window resumed from an earlier
+                    point (a restart from the checkpoint), that point: the
+                    samples up to the checkpoint its last restart resumed from
+                    plus those trained after.
   kept/s            samples kept / W.
   rolled back       samples trained - samples kept: trained, then lost to a
                     rollback (ours: the steps since the last commit of a
@@ -348,6 +353,7 @@ class Ours:
         argv += ["--controller-only", f"--min-workers={min_workers}", "--epochs=100000",
                  "--log-every=1", "--test-samples=64", "--state-copy-every=1",
                  f"--state-dir={os.path.join(logs, 'state')}", "--metrics-port=0",
+                 f"--run-dir={os.path.join(logs, 'run')}",
                  f"--rendezvous-timeout={args.rendezvous_timeout}",
                  f"--precision={args.precision}", f"--memory-format={args.memory_format}"]
         if log_samples:
@@ -385,29 +391,34 @@ class Ours:
         return "\n".join(line for p in parts for _, line in p.records)
 
 
-def ours_accounting(samples_dir, in_flight=True):
+def sample_log_sizes(samples_dir):
+    """file name -> bytes now: where the window's steps end in each log."""
+    if not os.path.isdir(samples_dir):
+        return {}
+    return {name: os.path.getsize(os.path.join(samples_dir, name))
+            for name in os.listdir(samples_dir) if name.startswith("samples-")}
+
+
+def ours_accounting(samples_dir, window_end=None):
     """(samples trained, samples kept) from the workers' --log-samples files
-    (module docstring); in_flight drops the newest generation's last step."""
+    (module docstring). With window_end (sample_log_sizes at the end of the
+    window) only the steps logged before it count; the restores logged after
+    it still roll them back."""
     start = {}                         # generation -> (epoch, position) it restored
     steps = collections.Counter()      # (generation, epoch, position) -> samples
-    if not os.path.isdir(samples_dir):
-        return 0, 0
-    for name in os.listdir(samples_dir):
-        if not name.startswith("samples-"):
-            continue
-        with open(os.path.join(samples_dir, name)) as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) < 4:
+    for name in sample_log_sizes(samples_dir):
+        offset = 0
+        with open(os.path.join(samples_dir, name), "rb") as f:
+            for raw in f:
+                at, offset = offset, offset + len(raw)
+                fields = raw.decode().split()
+                if len(fields) < 4 or not raw.endswith(b"\n"):
                     continue
                 g, e, p = int(fields[1]), int(fields[2]), int(fields[3])
                 if fields[0] == "G":
                     start[g] = (e, p)
-                elif fields[0] == "S":
+                elif fields[0] == "S" and (window_end is None or at < window_end.get(name, 0)):
                     steps[(g, e, p)] += len(fields) - 4
-    if in_flight and steps:
-        newest = max(g for g, _, _ in steps)
-        del steps[max(k for k in steps if k[0] == newest)]
     # The earliest point any generation after g restored: its steps at or
     # after that point were rolled back.
     rolled_from, earliest = {}, None
@@ -627,12 +638,19 @@ def run_ours(args, actions, end_ms, speedup, logs, note):
                     node.proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     pass
+        else:
+            # Whether the steps at the end of the window are kept or rolled
+            # back is known once the job steps again.
+            window_end = sample_log_sizes(job.samples)
+            try:
+                job.driver.wait(PROGRESS.match, args.settle_timeout, since=end)
+            except (TimeoutError, RuntimeError) as e:
+                note(f"ours: no step within --settle-timeout after the window ({e})")
         step_times = job.step_times()
         output = job.output()
     finally:
         job.close()
-    in_flight = not args.finish
-    trained, kept = ours_accounting(job.samples, in_flight=in_flight)
+    trained, kept = ours_accounting(job.samples, None if args.finish else window_end)
     result.update(window=end - start, trained=trained, kept=kept,
                   idle=idle_seconds(step_times, start, end),
                   generations=len(set(PARAMS.findall(output))), samples_dir=job.samples)
@@ -644,14 +662,25 @@ def run_torchrun(args, actions, end_ms, speedup, logs, note):
     job = Torchrun(args, logs, nnodes=f"1:{cap}")
     try:
         start, end, done = replay(job, actions, end_ms, speedup, args)
-        steps = [s for s in job.steps() if start <= s["time"] < end]
+        # Whether the steps at the end of the window are kept or rolled back is
+        # known once the job steps again: from where it resumed.
+        deadline = time.time() + args.settle_timeout
+        while not any(s["time"] >= end for s in job.steps()) and time.time() < deadline:
+            time.sleep(0.2)
+        steps = job.steps()
     finally:
         job.close()
     n = train_samples(args.data_dir)
-    trained = sum(s.get("samples", 0) for s in steps)
-    kept = steps[-1]["epoch"] * n + steps[-1]["samples_done"] if steps else 0
+    window = [s for s in steps if start <= s["time"] < end]
+    trained = sum(s.get("samples", 0) for s in window)
+    kept = window[-1]["epoch"] * n + window[-1]["samples_done"] if window else 0
+    after = [s for s in steps if s["time"] >= end]
+    if after:
+        kept = min(kept, after[0]["epoch"] * n + after[0]["samples_done"] - after[0]["samples"])
+    else:
+        note("torchrun: no step within --settle-timeout after the window")
     result = dict(done, window=end - start, trained=trained, kept=kept,
-                  idle=idle_seconds([s["time"] for s in steps], start, end),
+                  idle=idle_seconds([s["time"] for s in window], start, end),
                   )
     return result
 
@@ -703,6 +732,9 @@ def parse_args(argv=None):
                         help="tests: after the replay, stop ours at an epoch boundary "
                              "(SIGTERM to the driver: exit 3 with a checkpoint)")
     parser.add_argument("--finish-timeout", type=float, default=600.0)
+    parser.add_argument("--settle-timeout", type=float, default=120.0,
+                        help="seconds after the window to wait for the next step, which "
+                             "says whether the window's last steps are rolled back")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds to wait for a process to start or step")
     parser.add_argument("--seed", type=int, default=0)
