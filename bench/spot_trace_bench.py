@@ -80,7 +80,9 @@ trace event to the end of the replayed part)
                     steps later rolled back. Ours: the workers' --log-samples
                     files (one line per rank per step with its indices).
                     Torchrun: rank 0's STEP lines (samples = the step's samples
-                    over all ranks).
+                    over all ranks; DistributedSampler pads an epoch to a
+                    multiple of the world, and those few repeats count as
+                    trained, not kept).
   samples kept      the job's progress at the end of the window, counted in
                     samples of its epochs (epoch x N + position), as the job
                     itself goes on from it: after the window the job runs on
@@ -806,11 +808,15 @@ def main():
             if not args.no_ideal:
                 for w in worlds:
                     world = w * per_node
-                    try:
-                        rates[world] = ideal_run(args, world,
-                                                 os.path.join(logs, f"{system}-ideal-{world}"))
-                    except (TimeoutError, RuntimeError, OSError) as e:
-                        note(f"{system}: ideal at world {world} not measured: {e}")
+                    for attempt in range(2):  # a loaded machine can stall a start once
+                        try:
+                            rates[world] = ideal_run(
+                                args, world,
+                                os.path.join(logs, f"{system}-ideal-{world}-{attempt}"))
+                            break
+                        except (TimeoutError, RuntimeError, OSError) as e:
+                            note(f"{system}: ideal at world {world}, attempt {attempt + 1}: "
+                                 f"not measured: {e}")
                 row["rates"] = rates
                 if all(w * per_node in rates for w in worlds):
                     row["ideal"] = sum(rates[w * per_node] * spent[w] for w in worlds)
