@@ -134,7 +134,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -144,7 +143,8 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rescale_bench import HERE, LISTEN, PYTHON, RESCALE, STEP, Job, free_port, ours_argv  # noqa: E402
+from rescale_bench import (HERE, LISTEN, PYTHON, RESCALE, STEP, Job, free_port,  # noqa: E402
+                           ours_argv)
 
 PROGRESS = re.compile(r"^epoch (\d+)/\d+ step (\d+)/(\d+) \(global (\d+)\)")
 PARAMS = re.compile(r"params generation=(\d+) rank=\d+ world=\d+")
@@ -448,9 +448,10 @@ def ours_ideal(args, world, logs):
         time.sleep(args.ideal_warmup + args.ideal_seconds + 0.5)
         points = []
         batch = world * args.batch_size
+        begin = first + args.ideal_warmup
         for t, line in job.driver.records:
             m = PROGRESS.match(line)
-            if m and first + args.ideal_warmup <= t <= first + args.ideal_warmup + args.ideal_seconds:
+            if m and begin <= t <= begin + args.ideal_seconds:
                 epoch, step = int(m.group(1)), int(m.group(2))
                 points.append((t, (epoch - 1) * n + min(step * batch, n)))
         if len(points) < 2:
