@@ -14,7 +14,9 @@ Without torchrun's environment it runs as a world of one.
 
 What it prints (stdout of rank 0, one line each, machine-readable):
   START {json}    the process is up (wall time, restart count, time to import torch)
-  STEP {json}     after every completed step: wall time, restart count, epoch, step
+  STEP {json}     after every completed step: wall time, restart count, epoch, step,
+                  world size, samples the step trained (all ranks) and the epoch's
+                  position after it (samples_done)
   RESULT {json}   after every epoch ("kind": "epoch") and at the end ("kind": "done"):
                   images/s of the whole world and per worker, epoch time, test accuracy
 The STEP lines let a harness measure the gap from killing a worker to the
@@ -308,7 +310,8 @@ def main():
                 if rank == 0:
                     emit("STEP", time=time.time(), restart=restart, epoch=epoch, step=step,
                          loss=step_loss[0].item() / step_loss[1].item(),
-                         rank0_loss=loss.item())
+                         rank0_loss=loss.item(), world=world,
+                         samples=int(step_loss[1].item()), samples_done=samples_done)
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 checkpoint()
             if args.max_steps and step >= args.max_steps:
