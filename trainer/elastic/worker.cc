@@ -49,6 +49,7 @@
 #include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/source_address.h"
 #include "trainer/elastic/step_watchdog.h"
+#include "trainer/elastic/superseded_store.h"
 #include "trainer/elastic/trainer_inbox.h"
 #include "trainer/elastic/worker_policy.h"
 #include "trainer/elastic/worker_stats.h"
@@ -512,7 +513,13 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   gloo.token = env_.token;
   gloo.default_timeout = timeouts.collective;
   gloo.rendezvous_timeout = timeouts.rendezvous;
-  collectives::GlooCommunicatorFactory factory(*client_, gloo);
+  // The rendezvous gives up as soon as a newer generation exists (a member
+  // died before it wrote its key): the survivors go to that one at once.
+  SupersededStore store(*client_, [this] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return newest_generation_ > generation_;
+  });
+  collectives::GlooCommunicatorFactory factory(store, gloo);
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Communicator> nccl;
   try {
@@ -523,11 +530,17 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
       options.device = device_.index();
       options.tag = "grad";
       nccl = std::make_unique<MeteredCommunicator>(
-          collectives::NcclCommunicatorFactory(*client_, options)
-              .Create({generation_, rank, world}),
+          collectives::NcclCommunicatorFactory(store, options).Create({generation_, rank, world}),
           stats_);
     }
   } catch (const std::exception& e) {
+    // The store's RendezvousSuperseded, maybe wrapped by the backend: a newer
+    // generation is here, nobody needs to hear of a fault.
+    if (store.superseded()) {
+      controller_.Log("generation %llu: rendezvous given up for a newer generation (%s)",
+                      static_cast<unsigned long long>(generation_), e.what());
+      return Outcome::kFailed;
+    }
     controller_.Log("generation %llu: rendezvous failed (%s); waiting for the next generation",
                     static_cast<unsigned long long>(generation_), e.what());
     ReportFault(std::string("rendezvous failed: ") + e.what(), false);

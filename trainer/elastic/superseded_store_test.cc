@@ -1,0 +1,109 @@
+#include "trainer/elastic/superseded_store.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace elastic::trainer {
+namespace {
+
+using std::chrono::milliseconds;
+
+// An in-memory store whose Wait blocks until the key is put or the timeout.
+class MemoryStore : public runtime::KeyValueStore {
+ public:
+  void Put(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[key] = value;
+    changed_.notify_all();
+  }
+  std::optional<std::string> Get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = values_.find(key);
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::string Wait(const std::string& key, milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++waits_;
+    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; }))
+      throw runtime::TimeoutError("timeout waiting for " + key);
+    return values_[key];
+  }
+  int waits() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return waits_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> values_;
+  int waits_ = 0;
+};
+
+TEST(SupersededStoreTest, PassesValuesThrough) {
+  MemoryStore inner;
+  SupersededStore store(inner, [] { return false; });
+  store.Put("a", "1");
+  EXPECT_EQ(inner.Get("a"), "1");
+  EXPECT_EQ(store.Get("a"), "1");
+  EXPECT_EQ(store.Get("b"), std::nullopt);
+  EXPECT_EQ(store.Wait("a", milliseconds(1000)), "1");
+}
+
+TEST(SupersededStoreTest, AKeyThatComesLaterIsWaitedForAcrossSlices) {
+  MemoryStore inner;
+  SupersededStore store(
+      inner, [] { return false; }, milliseconds(10));
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    inner.Put("late", "v");
+  });
+  EXPECT_EQ(store.Wait("late", milliseconds(10000)), "v");
+  writer.join();
+  EXPECT_GT(inner.waits(), 1) << "the wait was cut into slices";
+}
+
+TEST(SupersededStoreTest, TheTimeoutStillHolds) {
+  MemoryStore inner;
+  SupersededStore store(
+      inner, [] { return false; }, milliseconds(10));
+  EXPECT_THROW(store.Wait("never", milliseconds(50)), runtime::TimeoutError);
+}
+
+// A member died before writing its key; the newer generation arrives while
+// the others wait for it: the wait ends at the next slice, not at the timeout.
+TEST(SupersededStoreTest, ANewerGenerationEndsTheWait) {
+  MemoryStore inner;
+  std::atomic<bool> newer{false};
+  SupersededStore store(
+      inner, [&] { return newer.load(); }, milliseconds(10));
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    newer.store(true);
+  });
+  try {
+    store.Wait("dead-member", std::chrono::hours(1));
+    FAIL() << "returned";
+  } catch (const RendezvousSuperseded& e) {
+    EXPECT_NE(std::string(e.what()).find("dead-member"), std::string::npos) << e.what();
+  }
+  publisher.join();
+}
+
+TEST(SupersededStoreTest, AlreadySupersededDoesNotWaitAtAll) {
+  MemoryStore inner;
+  inner.Put("k", "v");
+  SupersededStore store(inner, [] { return true; });
+  EXPECT_THROW(store.Wait("k", milliseconds(1000)), RendezvousSuperseded);
+  EXPECT_EQ(inner.waits(), 0);
+}
+
+}  // namespace
+}  // namespace elastic::trainer
