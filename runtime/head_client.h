@@ -65,6 +65,10 @@ class HeadClient : public KeyValueStore {
   void Put(const std::string& key, const std::string& value) override;
   std::optional<std::string> Get(const std::string& key) override;
   std::string Wait(const std::string& key, std::chrono::milliseconds timeout) override;
+  // One KvWaitAll request and one reply, however many keys.
+  std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout,
+                                   const std::vector<ByteRange>& ranges) override;
 
   // Registers this connection as a node agent; returns the node id. A node
   // whose head was restarted claims the id it had (`previous_id`): the head
