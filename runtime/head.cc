@@ -143,6 +143,10 @@ Head::Head(HeadOptions options)
 
 Head::~Head() {
   RunOnLoop([this] {
+    // From here on nobody hears of the members it drops: each close would
+    // otherwise send every session still open a view of everyone else (M
+    // closes x M sessions x M members of bytes).
+    stopping_ = true;
     asio::error_code ignored;
     acceptor_.close(ignored);
     listener_->Stop("head shutting down");
@@ -762,6 +766,7 @@ MembershipUpdate Head::Snapshot(MembershipEventKind kind, uint64_t member_id, ui
 }
 
 void Head::Broadcast(const MembershipUpdate& update) {
+  if (stopping_) return;
   capnp::MallocMessageBuilder message;
   ToProto(update, message.initRoot<proto::Envelope>().initMembershipUpdate());
   for (auto& [raw, session] : sessions_) {

@@ -211,6 +211,7 @@ class Head {
   std::unique_ptr<Listener> listener_;  // after loop_: used on the loop until it stops
 
   // Loop thread only from here on.
+  bool stopping_ = false;  // the destructor began: no more broadcasts
   std::unordered_map<Connection*, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, Member> members_;  // live, registered members
   std::map<uint64_t, std::string> nodes_;
