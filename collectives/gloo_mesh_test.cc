@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "collectives/gloo_communicator.h"
+#include "collectives/testing/file_kv_store.h"
+#include "collectives/testing/subprocess.h"
 #include "runtime/head.h"
 #include "runtime/head_client.h"
 #include "runtime/kv_store.h"
@@ -151,6 +153,24 @@ TEST(MeshAddressTest, EachRankReadsTheHeadAndOnlyItsOwnPort) {
   EXPECT_FALSE(DecodeMeshSlice(other_format, &peer));
   // Out of range: a rank beyond the world reads the head only.
   EXPECT_FALSE(DecodeMeshSlice(runtime::SliceValue(encoded, MeshSliceRanges(4)), &peer));
+}
+
+// A store that cannot wait for many keys at once (here one file per key)
+// still answers WaitAll, key after key, with the same values and errors.
+TEST(KeyValueStoreTest, TheDefaultWaitAllReadsKeyByKeyWithTheSameResults) {
+  testing::FileKeyValueStore store(testing::MakeTempDir("wait_all_"));
+  store.Put("a", "0123456789");
+  store.Put("c", "abcdefghij");
+  try {
+    store.WaitAll({"a", "b", "c", "d"}, milliseconds(200), {{0, 2}});
+    FAIL() << "WaitAll returned without b and d";
+  } catch (const runtime::MissingKeysError& e) {
+    EXPECT_EQ(e.missing(), (std::vector<size_t>{1, 3}));
+    EXPECT_NE(std::string(e.what()).find("2 of 4 keys ('b', 'd')"), std::string::npos) << e.what();
+  }
+  store.Put("b", "xy");
+  EXPECT_EQ(store.WaitAll({"a", "b", "c"}, seconds(10), {{0, 2}, {9, 5}}),
+            (std::vector<std::string>{"019", "xy", "abj"}));
 }
 
 TEST(GlooMeshTest, WorldsOfSeveralSizesConnectAndAllreduceWithThreeHeadRequestsPerMember) {
