@@ -24,8 +24,8 @@
 
 namespace elastic::runtime {
 
-// Far above what rendezvous stores (Gloo puts a few hundred bytes of address
-// per rank, NCCL a 128-byte unique id), far below what would hurt the head.
+// Far above what rendezvous stores (Gloo puts 18 + 2n bytes of address per
+// rank, NCCL a 128-byte unique id), far below what would hurt the head.
 struct KvLimits {
   size_t max_key_bytes = 1024;
   size_t max_value_bytes = size_t{64} << 20;
