@@ -458,7 +458,7 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
       timer->cancel();
       auto it = sessions_.find(connection.get());
       if (it != sessions_.end()) it->second->waits.erase(serial);
-      ReplyValues(connection, request_id, *keys, *ranges, {});
+      ReplyValues(connection, request_id, *keys, *ranges);
     });
   } catch (const LimitExceededError& e) {
     Refuse(connection, request_id, e.what());
@@ -477,21 +477,28 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
         kv_.CancelWaitAll(wait_it->second.ticket);
         it->second->waits.erase(wait_it);
         // The keys that are there still travel: the caller can tell who came.
-        ReplyValues(connection, request_id, *keys, *ranges, kv_.Missing(*keys));
+        ReplyValues(connection, request_id, *keys, *ranges);
       });
 }
 
 void Head::ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
-                       const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges,
-                       const std::vector<size_t>& missing) {
+                       const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges) {
   std::vector<std::string> values(keys.size());
+  // Missing now, whatever the caller saw: a key can also have gone since
+  // (its generation's keys were dropped).
+  std::vector<size_t> missing;
   // What the frame will hold: each value padded to a word plus its pointer,
   // the missing indices, and the envelope around them.
-  size_t frame_bytes = 1024 + 8 * keys.size() + 4 * missing.size();
+  size_t frame_bytes = 1024 + 8 * keys.size();
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (const std::string* value = kv_.Find(keys[i])) values[i] = SliceValue(*value, ranges);
+    if (const std::string* value = kv_.Find(keys[i])) {
+      values[i] = SliceValue(*value, ranges);
+    } else {
+      missing.push_back(i);
+    }
     frame_bytes += (values[i].size() + 7) / 8 * 8;
   }
+  frame_bytes += 4 * missing.size();
   if (frame_bytes > options_.transport.max_frame_bytes) {
     Refuse(connection, request_id,
            "the values of " + std::to_string(keys.size()) + " keys come to " +

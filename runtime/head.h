@@ -147,11 +147,10 @@ class Head {
   void HandleKvGet(Session& session, uint64_t request_id, proto::KvGet::Reader get);
   void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
   void HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitAll::Reader wait);
-  // Answers a KvWaitAll with the values of keys cut to ranges, naming the
-  // `missing` ones; refuses an answer that would not fit a frame.
+  // Answers a KvWaitAll with the values of keys cut to ranges, naming those
+  // not set now; refuses an answer that would not fit a frame.
   void ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
-                   const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges,
-                   const std::vector<size_t>& missing);
+                   const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges);
   void HandleRegisterNode(Session& session, uint64_t request_id,
                           proto::RegisterNode::Reader request);
   void HandleLeave(Session& session, uint64_t request_id);
