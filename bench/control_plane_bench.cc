@@ -808,7 +808,7 @@ int main(int argc, char** argv) {
       "and a join round's publish are not requests); reply bytes: bytes of values in the "
       "rendezvous replies, all members; p99 over %d rounds is the nearest rank\n",
       flags.rounds);
-  if (sizes.size() >= 2) {
+  if (with_rendezvous && sizes.size() >= 2) {
     std::printf(
         "fitted exponent (least squares on log-log over M = %g..%g): head requests per "
         "change ~ M^%.2f",
