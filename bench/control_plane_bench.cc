@@ -813,8 +813,7 @@ int main(int argc, char** argv) {
         "fitted exponent (least squares on log-log over M = %g..%g): head requests per "
         "change ~ M^%.2f",
         sizes.front(), sizes.back(), FitExponent(sizes, requests));
-    if (with_rendezvous)
-      std::printf(", reply bytes per change ~ M^%.2f", FitExponent(sizes, bytes));
+    std::printf(", reply bytes per change ~ M^%.2f", FitExponent(sizes, bytes));
     std::printf("\n");
   }
   bool all_done = results.size() == flags.members.size();
