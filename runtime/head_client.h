@@ -12,6 +12,8 @@
 //   elastic::runtime::HeadClient kv({"127.0.0.1", port, token, "rank-3"});
 //   kv.Put(GenerationKey(g, "rank0/addr"), bytes);
 //   std::string addr = kv.Wait(GenerationKey(g, "rank0/addr"), std::chrono::seconds(30));
+//   // every rank's address in one request (KvWaitAll), whatever the world's size:
+//   std::vector<std::string> all = kv.WaitAll(keys, std::chrono::seconds(30), {});
 //
 // All methods block until the head answers and may be called from any thread
 // except from inside a subscription callback (which runs on the client's own
