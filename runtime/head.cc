@@ -483,22 +483,23 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
 
 void Head::ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
                        const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges) {
-  std::vector<std::string> values(keys.size());
-  // Missing now, whatever the caller saw: a key can also have gone since
-  // (its generation's keys were dropped).
-  std::vector<size_t> missing;
+  // The values are found once and copied straight into the reply, range by
+  // range: when the last key of a rendezvous arrives, n replies of n values
+  // each are built at once, and a string per value would be n^2 allocations.
+  std::vector<const std::string*> found(keys.size());
+  std::vector<size_t> missing;  // now, whatever the caller saw: a key can also have gone
   // What the frame will hold: each value padded to a word plus its pointer,
   // the missing indices, and the envelope around them.
   size_t frame_bytes = 1024 + 8 * keys.size();
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (const std::string* value = kv_.Find(keys[i])) {
-      values[i] = SliceValue(*value, ranges);
-    } else {
+    found[i] = kv_.Find(keys[i]);
+    if (found[i] == nullptr) {
       missing.push_back(i);
+      frame_bytes += 4;
+      continue;
     }
-    frame_bytes += (values[i].size() + 7) / 8 * 8;
+    frame_bytes += (SlicedSize(*found[i], ranges) + 7) / 8 * 8;
   }
-  frame_bytes += 4 * missing.size();
   if (frame_bytes > options_.transport.max_frame_bytes) {
     Refuse(connection, request_id,
            "the values of " + std::to_string(keys.size()) + " keys come to " +
@@ -510,10 +511,15 @@ void Head::ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
   capnp::MallocMessageBuilder message;
   auto reply = message.initRoot<proto::Envelope>();
   reply.setRequestId(request_id);
-  auto found = reply.initKvValues();
-  auto list = found.initValues(static_cast<unsigned>(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) list.set(static_cast<unsigned>(i), AsData(values[i]));
-  auto absent = found.initMissing(static_cast<unsigned>(missing.size()));
+  auto values = reply.initKvValues();
+  auto list = values.initValues(static_cast<unsigned>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (found[i] == nullptr) continue;
+    auto data =
+        list.init(static_cast<unsigned>(i), static_cast<unsigned>(SlicedSize(*found[i], ranges)));
+    SliceInto(*found[i], ranges, reinterpret_cast<char*>(data.begin()));
+  }
+  auto absent = values.initMissing(static_cast<unsigned>(missing.size()));
   for (size_t i = 0; i < missing.size(); ++i)
     absent.set(static_cast<unsigned>(i), static_cast<uint32_t>(missing[i]));
   Send(connection, message);

@@ -15,13 +15,31 @@ MissingKeysError::MissingKeysError(const std::string& message, std::vector<size_
     : TimeoutError(message), missing_(std::move(missing)) {}
 
 std::string SliceValue(const std::string& value, const std::vector<ByteRange>& ranges) {
-  if (ranges.empty()) return value;
-  std::string out;
+  std::string out(SlicedSize(value, ranges), '\0');
+  SliceInto(value, ranges, out.data());
+  return out;
+}
+
+size_t SlicedSize(const std::string& value, const std::vector<ByteRange>& ranges) {
+  if (ranges.empty()) return value.size();
+  size_t size = 0;
+  for (const ByteRange& range : ranges) {
+    if (range.offset < value.size()) size += std::min(range.length, value.size() - range.offset);
+  }
+  return size;
+}
+
+void SliceInto(const std::string& value, const std::vector<ByteRange>& ranges, char* out) {
+  if (ranges.empty()) {
+    std::copy(value.begin(), value.end(), out);
+    return;
+  }
   for (const ByteRange& range : ranges) {
     if (range.offset >= value.size()) continue;
-    out.append(value, range.offset, std::min(range.length, value.size() - range.offset));
+    const size_t length = std::min(range.length, value.size() - range.offset);
+    std::copy_n(value.data() + range.offset, length, out);
+    out += length;
   }
-  return out;
 }
 
 std::string DescribeMissingKeys(const std::vector<std::string>& keys,

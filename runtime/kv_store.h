@@ -50,6 +50,10 @@ struct ByteRange {
 // The concatenation of `ranges` of value, each cut at its end; all of value
 // when ranges is empty. What WaitAll returns of each value.
 std::string SliceValue(const std::string& value, const std::vector<ByteRange>& ranges);
+// How many bytes SliceValue(value, ranges) has, and writing them to `out`
+// (which must have room for that many) without building a string.
+size_t SlicedSize(const std::string& value, const std::vector<ByteRange>& ranges);
+void SliceInto(const std::string& value, const std::vector<ByteRange>& ranges, char* out);
 
 // "3 of 8 keys ('a', 'b', 'c') were not set within 100 ms": the message of a
 // MissingKeysError, at most a few keys quoted.
