@@ -1,13 +1,10 @@
 #include "collectives/gloo_communicator.h"
 
-#include <arpa/inet.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
@@ -15,8 +12,8 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/gloo_mesh.h"
 #include "collectives/gloo_pair_proof.h"
-#include "collectives/gloo_store.h"
 #include "collectives/half.h"
 #include "collectives/op_queue.h"
 #include "collectives/socket_tripwire.h"
@@ -37,47 +34,6 @@ void RunAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, siz
   gloo::allreduce(options);
 }
 
-// "host:port" of a TCP address (Gloo's own str() prints the port in network
-// byte order).
-std::string FormatAddress(const gloo::transport::tcp::Address& address) {
-  const sockaddr_storage& ss = address.getSockaddr();
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-    return "[" + std::string(host) + "]:" + std::to_string(port);
-  }
-  return "an address of family " + std::to_string(ss.ss_family);
-}
-
-// "rank 2 (gloo address 10.0.0.7:41234)": the address `peer` published in the
-// rendezvous for its pair with `self` (Gloo stores, under the peer's rank, one
-// address per other rank, its own left out).
-std::string DescribePeer(runtime::KeyValueStore& store, const GlooStore& gloo_store, int self,
-                         int size, int peer) {
-  std::string where = "unknown address";
-  try {
-    const auto all = store.Get(gloo_store.ScopedKey(std::to_string(peer)));
-    if (all.has_value() && size > 1 && all->size() % (size - 1) == 0) {
-      const size_t one = all->size() / (size - 1);
-      const size_t index = static_cast<size_t>(self > peer ? self - 1 : self);
-      const std::vector<char> bytes(all->begin() + index * one, all->begin() + (index + 1) * one);
-      where = "gloo address " + FormatAddress(gloo::transport::tcp::Address(bytes));
-    }
-  } catch (const std::exception&) {
-    // Only the description suffers: the caller is reporting an error already.
-  }
-  return "rank " + std::to_string(peer) + " (" + where + ")";
-}
-
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const Membership& membership, const GlooOptions& options,
@@ -90,26 +46,28 @@ class GlooCommunicator : public Communicator {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     device_ = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(membership.rank, membership.size);
+    auto context = std::make_shared<GlooMeshContext>(membership.rank, membership.size);
     context->setTimeout(options.rendezvous_timeout);
-    GlooStore gloo_store(store, membership.generation, options.tag, options.rendezvous_timeout);
+    const std::string what =
+        "gloo rendezvous of generation " + std::to_string(membership.generation);
+    const auto key_of = [&](int rank) {
+      return runtime::GenerationKey(membership.generation,
+                                    "gloo/" + options.tag + "/" + std::to_string(rank));
+    };
     try {
-      context->connectFullMesh(gloo_store, device_);
+      context->Connect(store, key_of, device_, options.rendezvous_timeout, what);
     } catch (const CollectiveError&) {
       throw;
     } catch (const std::exception& e) {
-      throw CollectiveError("gloo rendezvous of generation " +
-                            std::to_string(membership.generation) + " failed: " + e.what());
+      throw CollectiveError(what + " failed: " + e.what());
     }
     tripwire_.Capture();
     if (!options.token.empty()) {
       // The pairs are connected, but to whoever reached their ports first:
       // no collective runs before each peer proved it holds the token.
       AuthenticatePairs(*context, options.token, {membership.generation, options.tag},
-                        options.rendezvous_timeout, [&](int peer) {
-                          return DescribePeer(store, gloo_store, membership.rank, membership.size,
-                                              peer);
-                        });
+                        options.rendezvous_timeout,
+                        [&](int peer) { return context->DescribePeer(peer); });
     }
     context_ = std::move(context);
     queue_ = std::make_unique<OpQueue>([this](const std::exception_ptr&) {

@@ -1,6 +1,6 @@
 // The CPU backend: Gloo over TCP, rendezvousing through the runtime's
-// key-value store (GlooStore). Each communicator owns its own Gloo device
-// (event-loop thread + sockets), so destroying it releases everything it made.
+// key-value store with one Put and one WaitAll per rank (GlooMeshContext). Each communicator owns
+// its own Gloo device (event-loop thread + sockets), so destroying it releases everything it made.
 #pragma once
 
 #include <chrono>
@@ -35,9 +35,9 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
   GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options = {});
 
   // Blocks until all `membership.size` members of the generation have joined.
-  // Throws CollectiveTimeout when they do not within rendezvous_timeout, and
-  // CollectiveError naming the peer's rank and address when a peer fails the
-  // pair proof.
+  // Throws CollectiveTimeout naming the missing ranks when they do not within
+  // rendezvous_timeout, and CollectiveError naming the peer's rank and address
+  // when a peer's pair fails to connect or fails the pair proof.
   std::unique_ptr<Communicator> Create(const Membership& membership) override;
 
  private:

@@ -31,7 +31,10 @@ TEST(NcclCommunicatorTest, UniqueIdIsExchangedThroughTheStorePerGeneration) {
     for (auto& t : threads) t.join();
     return ids;
   };
+  const uint64_t before = head.stats().messages_received;
   const auto first = exchange(1);
+  // One Put by rank 0 and one Wait by each other rank: linear in the world.
+  EXPECT_EQ(head.stats().messages_received - before, static_cast<uint64_t>(kWorld));
   for (const auto& id : first) EXPECT_EQ(id, first[0]);
   EXPECT_EQ(first[0].size(), 128u);
   const auto second = exchange(2);

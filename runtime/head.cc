@@ -83,9 +83,19 @@ struct Head::Member {
 struct Head::Session {
   struct PendingWait {
     KvTable* table;
-    std::string key;
+    std::string key;  // empty for a wait of many keys (KvWaitAll)
     uint64_t ticket;
     std::shared_ptr<asio::steady_timer> timer;
+    bool many = false;  // a KvTable::WaitForAll ticket
+
+    void Cancel() const {
+      timer->cancel();
+      if (many) {
+        table->CancelWaitAll(ticket);
+      } else {
+        table->CancelWait(key, ticket);
+      }
+    }
   };
 
   ConnectionPtr connection;
@@ -133,6 +143,10 @@ Head::Head(HeadOptions options)
 
 Head::~Head() {
   RunOnLoop([this] {
+    // From here on nobody hears of the members it drops: each close would
+    // otherwise send every session still open a view of everyone else (M
+    // closes x M sessions x M members of bytes).
+    stopping_ = true;
     asio::error_code ignored;
     acceptor_.close(ignored);
     listener_->Stop("head shutting down");
@@ -172,10 +186,7 @@ void Head::OnClosed(const ConnectionPtr& connection, const std::string& reason) 
   if (it == sessions_.end()) return;  // never authenticated
   std::unique_ptr<Session> session = std::move(it->second);
   sessions_.erase(it);
-  for (auto& [serial, wait] : session->waits) {
-    wait.timer->cancel();
-    wait.table->CancelWait(wait.key, wait.ticket);
-  }
+  for (auto& [serial, wait] : session->waits) wait.Cancel();
   for (const auto& name : session->actors) actors_.Erase(name);
   if (session->node_id != 0) {
     ELASTIC_LOG(kInfo, "head", "node " << session->node_id << " disconnected: " << reason);
@@ -224,6 +235,7 @@ void Head::OnMessage(const ConnectionPtr& connection, proto::Envelope::Reader en
     case E::KV_PUT: return HandleKvPut(session, id, e.getKvPut());
     case E::KV_GET: return HandleKvGet(session, id, e.getKvGet());
     case E::KV_WAIT: return HandleKvWait(session, id, e.getKvWait());
+    case E::KV_WAIT_ALL: return HandleKvWaitAll(session, id, e.getKvWaitAll());
     case E::REGISTER_NODE: return HandleRegisterNode(session, id, e.getRegisterNode());
     case E::REGISTER_MEMBER: return HandleRegisterMember(session, id, e.getRegisterMember());
     case E::LEAVE: return HandleLeave(session, id);
@@ -404,6 +416,113 @@ void Head::HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Re
     ReplyError(connection, request_id, proto::ErrorCode::TIMEOUT,
                "key '" + key + "' was not set within " + std::to_string(timeout.count()) + " ms");
   });
+}
+
+void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitAll::Reader wait) {
+  ConnectionPtr connection = session.connection;
+  const auto keys_reader = wait.getKeys();
+  const auto ranges_reader = wait.getRanges();
+  // Counted before anything is copied: a request naming a million keys costs
+  // the head nothing but this refusal.
+  std::string refusal;
+  if (keys_reader.size() > options_.limits.kv.max_keys_per_wait) {
+    refusal = "wait for " + std::to_string(keys_reader.size()) +
+              " keys refused: over the limit of " +
+              std::to_string(options_.limits.kv.max_keys_per_wait) + " (max_keys_per_wait)";
+  } else if (ranges_reader.size() > options_.limits.max_ranges_per_wait) {
+    refusal = "wait for " + std::to_string(keys_reader.size()) +
+              " keys refused: " + std::to_string(ranges_reader.size()) +
+              " byte ranges, over the limit of " +
+              std::to_string(options_.limits.max_ranges_per_wait) + " (max_ranges_per_wait)";
+  } else {
+    refusal = TooManyWaits(session, std::to_string(keys_reader.size()) + " keys");
+  }
+  if (!refusal.empty()) {
+    Refuse(connection, request_id, refusal);
+    return;
+  }
+  auto keys = std::make_shared<std::vector<std::string>>();
+  keys->reserve(keys_reader.size());
+  for (auto key : keys_reader) keys->push_back(key.cStr());
+  auto ranges = std::make_shared<std::vector<ByteRange>>();
+  for (auto range : ranges_reader) {
+    ranges->push_back(
+        ByteRange{static_cast<size_t>(range.getOffset()), static_cast<size_t>(range.getLength())});
+  }
+  const auto timeout = ClampedWait(wait.getTimeoutMillis());
+  const uint64_t serial = session.next_wait_serial++;
+  auto timer = std::make_shared<asio::steady_timer>(loop_.context());
+  uint64_t ticket = 0;
+  try {
+    ticket = kv_.WaitForAll(*keys, [this, connection, request_id, serial, timer, keys, ranges] {
+      timer->cancel();
+      auto it = sessions_.find(connection.get());
+      if (it != sessions_.end()) it->second->waits.erase(serial);
+      ReplyValues(connection, request_id, *keys, *ranges);
+    });
+  } catch (const LimitExceededError& e) {
+    Refuse(connection, request_id, e.what());
+    return;
+  }
+  if (ticket == 0) return;  // every key was there; answered already
+  session.waits[serial] = Session::PendingWait{&kv_, "", ticket, timer, /*many=*/true};
+  timer->expires_after(timeout);
+  timer->async_wait(
+      [this, connection, request_id, serial, keys, ranges](const asio::error_code& ec) {
+        if (ec) return;
+        auto it = sessions_.find(connection.get());
+        if (it == sessions_.end()) return;
+        auto wait_it = it->second->waits.find(serial);
+        if (wait_it == it->second->waits.end()) return;
+        kv_.CancelWaitAll(wait_it->second.ticket);
+        it->second->waits.erase(wait_it);
+        // The keys that are there still travel: the caller can tell who came.
+        ReplyValues(connection, request_id, *keys, *ranges);
+      });
+}
+
+void Head::ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
+                       const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges) {
+  // The values are found once and copied straight into the reply, range by
+  // range: when the last key of a rendezvous arrives, n replies of n values
+  // each are built at once, and a string per value would be n^2 allocations.
+  std::vector<const std::string*> found(keys.size());
+  std::vector<size_t> missing;  // now, whatever the caller saw: a key can also have gone
+  // What the frame will hold: each value padded to a word plus its pointer,
+  // the missing indices, and the envelope around them.
+  size_t frame_bytes = 1024 + 8 * keys.size();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    found[i] = kv_.Find(keys[i]);
+    if (found[i] == nullptr) {
+      missing.push_back(i);
+      frame_bytes += 4;
+      continue;
+    }
+    frame_bytes += (SlicedSize(*found[i], ranges) + 7) / 8 * 8;
+  }
+  if (frame_bytes > options_.transport.max_frame_bytes) {
+    Refuse(connection, request_id,
+           "the values of " + std::to_string(keys.size()) + " keys come to " +
+               std::to_string(frame_bytes) + " bytes, over the frame limit of " +
+               std::to_string(options_.transport.max_frame_bytes) +
+               " (max_frame_bytes); wait for fewer keys or fewer bytes of each (ranges)");
+    return;
+  }
+  capnp::MallocMessageBuilder message;
+  auto reply = message.initRoot<proto::Envelope>();
+  reply.setRequestId(request_id);
+  auto values = reply.initKvValues();
+  auto list = values.initValues(static_cast<unsigned>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (found[i] == nullptr) continue;
+    auto data =
+        list.init(static_cast<unsigned>(i), static_cast<unsigned>(SlicedSize(*found[i], ranges)));
+    SliceInto(*found[i], ranges, reinterpret_cast<char*>(data.begin()));
+  }
+  auto absent = values.initMissing(static_cast<unsigned>(missing.size()));
+  for (size_t i = 0; i < missing.size(); ++i)
+    absent.set(static_cast<unsigned>(i), static_cast<uint32_t>(missing[i]));
+  Send(connection, message);
 }
 
 void Head::HandleLookupActor(Session& session, uint64_t request_id,
@@ -660,6 +779,7 @@ MembershipUpdate Head::Snapshot(MembershipEventKind kind, uint64_t member_id, ui
 }
 
 void Head::Broadcast(const MembershipUpdate& update) {
+  if (stopping_) return;
   capnp::MallocMessageBuilder message;
   ToProto(update, message.initRoot<proto::Envelope>().initMembershipUpdate());
   for (auto& [raw, session] : sessions_) {

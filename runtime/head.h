@@ -52,8 +52,10 @@ struct HeadLimits {
   size_t max_name_bytes = 256;
   // Free text broadcast to subscribers (a draining reason).
   size_t max_reason_bytes = 1024;
-  // Key waits and actor lookups pending on one connection.
+  // Key waits and actor lookups pending on one connection (a KvWaitAll is one).
   size_t max_waits_per_session = 1024;
+  // Byte ranges one KvWaitAll may cut each value to.
+  size_t max_ranges_per_wait = 16;
   // Longer waits are cut to this (the request says how long, as a UInt64).
   std::chrono::milliseconds max_wait{std::chrono::hours(1)};
 };
@@ -144,6 +146,11 @@ class Head {
   void HandleKvPut(Session& session, uint64_t request_id, proto::KvPut::Reader put);
   void HandleKvGet(Session& session, uint64_t request_id, proto::KvGet::Reader get);
   void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
+  void HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitAll::Reader wait);
+  // Answers a KvWaitAll with the values of keys cut to ranges, naming those
+  // not set now; refuses an answer that would not fit a frame.
+  void ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
+                   const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges);
   void HandleRegisterNode(Session& session, uint64_t request_id,
                           proto::RegisterNode::Reader request);
   void HandleLeave(Session& session, uint64_t request_id);
@@ -203,6 +210,7 @@ class Head {
   std::unique_ptr<Listener> listener_;  // after loop_: used on the loop until it stops
 
   // Loop thread only from here on.
+  bool stopping_ = false;  // the destructor began: no more broadcasts
   std::unordered_map<Connection*, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, Member> members_;  // live, registered members
   std::map<uint64_t, std::string> nodes_;

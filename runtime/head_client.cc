@@ -188,6 +188,46 @@ std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds t
   return ToBytes(reply->Envelope().getKvValue().getValue());
 }
 
+std::vector<std::string> HeadClient::WaitAll(const std::vector<std::string>& keys,
+                                             std::chrono::milliseconds timeout,
+                                             const std::vector<ByteRange>& ranges) {
+  Reply reply = Call(
+      [&](proto::Envelope::Builder envelope) {
+        auto wait = envelope.initKvWaitAll();
+        auto list = wait.initKeys(static_cast<unsigned>(keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), keys[i]);
+        wait.setTimeoutMillis(TimeoutMillis(timeout));
+        auto cuts = wait.initRanges(static_cast<unsigned>(ranges.size()));
+        for (size_t i = 0; i < ranges.size(); ++i) {
+          cuts[static_cast<unsigned>(i)].setOffset(ranges[i].offset);
+          cuts[static_cast<unsigned>(i)].setLength(ranges[i].length);
+        }
+      },
+      WithSlack(timeout), "WaitAll(" + std::to_string(keys.size()) + " keys)");
+  auto root = reply->Envelope();
+  if (root.which() != proto::Envelope::KV_VALUES) {
+    throw std::runtime_error("WaitAll: the head answered with message kind " +
+                             std::to_string(static_cast<int>(root.which())) + ", not kvValues");
+  }
+  auto found = root.getKvValues();
+  if (found.getValues().size() != keys.size()) {
+    throw std::runtime_error("WaitAll: the head answered " +
+                             std::to_string(found.getValues().size()) + " values for " +
+                             std::to_string(keys.size()) + " keys");
+  }
+  if (found.getMissing().size() > 0) {
+    std::vector<size_t> missing;
+    for (uint32_t index : found.getMissing()) missing.push_back(index);
+    // The message first: the argument that moves `missing` may be built first.
+    const std::string message = "WaitAll: " + DescribeMissingKeys(keys, missing, timeout);
+    throw MissingKeysError(message, std::move(missing));
+  }
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (auto value : found.getValues()) values.push_back(ToBytes(value));
+  return values;
+}
+
 uint64_t HeadClient::RegisterNode(const std::string& name, uint32_t workers, uint64_t previous_id) {
   Reply reply = Call(
       [&](proto::Envelope::Builder envelope) {

@@ -12,6 +12,8 @@
 //   elastic::runtime::HeadClient kv({"127.0.0.1", port, token, "rank-3"});
 //   kv.Put(GenerationKey(g, "rank0/addr"), bytes);
 //   std::string addr = kv.Wait(GenerationKey(g, "rank0/addr"), std::chrono::seconds(30));
+//   // every rank's address in one request (KvWaitAll), whatever the world's size:
+//   std::vector<std::string> all = kv.WaitAll(keys, std::chrono::seconds(30), {});
 //
 // All methods block until the head answers and may be called from any thread
 // except from inside a subscription callback (which runs on the client's own
@@ -65,6 +67,10 @@ class HeadClient : public KeyValueStore {
   void Put(const std::string& key, const std::string& value) override;
   std::optional<std::string> Get(const std::string& key) override;
   std::string Wait(const std::string& key, std::chrono::milliseconds timeout) override;
+  // One KvWaitAll request and one reply, however many keys.
+  std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout,
+                                   const std::vector<ByteRange>& ranges) override;
 
   // Registers this connection as a node agent; returns the node id. A node
   // whose head was restarted claims the id it had (`previous_id`): the head

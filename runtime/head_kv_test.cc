@@ -109,6 +109,17 @@ class RawSession {
     ASSERT_TRUE(connection_->Send(message));
   }
 
+  void SendWaitAll(uint64_t request_id, const std::vector<std::string>& keys) {
+    capnp::MallocMessageBuilder message;
+    auto envelope = message.initRoot<proto::Envelope>();
+    envelope.setRequestId(request_id);
+    auto wait = envelope.initKvWaitAll();
+    auto list = wait.initKeys(static_cast<unsigned>(keys.size()));
+    for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), keys[i]);
+    wait.setTimeoutMillis(60000);
+    ASSERT_TRUE(connection_->Send(message));
+  }
+
   // The answer to request_id; fails the test when none came within 60 s.
   Answer AnswerTo(uint64_t request_id) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -352,6 +363,96 @@ TEST(HeadKvTest, KeysOfFinishedGenerationsAreDeleted) {
   EXPECT_EQ(client.Get(GenerationKey(generation - 1, "gloo/t/rank_0")).value(), "address");
   EXPECT_EQ(client.Get("job/name").value(), "kept");
   EXPECT_EQ(client.Get(GenerationKey(100000, "future")).value(), "kept");
+}
+
+TEST(HeadKvTest, WaitAllReturnsEveryValueInOrderAndWaitsForTheMissing) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  HeadClient other(ClientOf(head));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) keys.push_back(GenerationKey(3, "addr/" + std::to_string(i)));
+  for (int i = 0; i < 10; ++i)
+    client.Put(keys[static_cast<size_t>(i)], "value" + std::to_string(i));
+  const uint64_t before = head.stats().messages_received;
+  std::vector<std::string> values;
+  std::thread waiter([&] { values = client.WaitAll(keys, seconds(60), {}); });
+  // The waiter holds half of the keys; the rest come from another client.
+  for (int i = 10; i < 20; ++i)
+    other.Put(keys[static_cast<size_t>(i)], "value" + std::to_string(i));
+  waiter.join();
+  ASSERT_EQ(values.size(), keys.size());
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(values[static_cast<size_t>(i)], "value" + std::to_string(i));
+  // One request for twenty keys (and the ten puts).
+  EXPECT_EQ(head.stats().messages_received - before, 11u);
+  // Ranges: the first byte and the digits after "value" of each.
+  values = client.WaitAll({keys[1], keys[12]}, seconds(60), {{0, 1}, {5, 10}});
+  EXPECT_EQ(values, (std::vector<std::string>{"v1", "v12"}));
+}
+
+TEST(HeadKvTest, WaitAllTimesOutNamingTheMissingKeys) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  client.Put("here/0", "x");
+  client.Put("here/2", "x");
+  try {
+    client.WaitAll({"here/0", "gone/1", "here/2", "gone/3"}, milliseconds(200), {});
+    FAIL() << "WaitAll returned without two of its keys";
+  } catch (const MissingKeysError& e) {
+    EXPECT_EQ(e.missing(), (std::vector<size_t>{1, 3}));
+    const std::string what = e.what();
+    EXPECT_NE(what.find("2 of 4 keys ('gone/1', 'gone/3')"), std::string::npos) << what;
+    EXPECT_NE(what.find("within 200 ms"), std::string::npos) << what;
+  }
+  // A MissingKeysError is a TimeoutError; the connection goes on.
+  EXPECT_THROW(client.WaitAll({"gone/1"}, milliseconds(50), {}), TimeoutError);
+  EXPECT_EQ(client.WaitAll({"here/2"}, milliseconds(50), {}).at(0), "x");
+}
+
+TEST(HeadKvTest, WaitAllBeyondTheLimitsIsRefusedByNameAndTheHeadServesOthers) {
+  HeadOptions options;
+  options.limits.kv.max_keys_per_wait = 100;
+  options.limits.max_ranges_per_wait = 2;
+  options.transport.max_frame_bytes = 64 << 10;
+  Head head(options);
+  HeadClient client(ClientOf(head));
+  HeadClient other(ClientOf(head));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 101; ++i) keys.push_back("k" + std::to_string(i));
+  std::string error = ErrorOf([&] { client.WaitAll(keys, seconds(60), {}); });
+  EXPECT_NE(error.find("101 keys"), std::string::npos) << error;
+  EXPECT_NE(error.find("max_keys_per_wait"), std::string::npos) << error;
+  keys.pop_back();
+  error = ErrorOf([&] { client.WaitAll(keys, seconds(60), {{0, 1}, {1, 1}, {2, 1}}); });
+  EXPECT_NE(error.find("max_ranges_per_wait"), std::string::npos) << error;
+  error = ErrorOf([&] { client.WaitAll({"short", std::string(2000, 'k')}, seconds(60), {}); });
+  EXPECT_NE(error.find("max_key_bytes"), std::string::npos) << error;
+  // Values that would not fit one reply: refused, not sent.
+  for (int i = 0; i < 4; ++i) client.Put("big" + std::to_string(i), std::string(20 << 10, 'b'));
+  error = ErrorOf([&] { client.WaitAll({"big0", "big1", "big2", "big3"}, seconds(60), {}); });
+  EXPECT_NE(error.find("max_frame_bytes"), std::string::npos) << error;
+  EXPECT_EQ(client.WaitAll({"big0", "big1", "big2", "big3"}, seconds(60), {{0, 4}}).at(3), "bbbb");
+  EXPECT_GE(head.stats().requests_refused, 4u);
+  other.Put("after", "ok");
+  EXPECT_EQ(client.WaitAll({"after"}, seconds(60), {}).at(0), "ok");
+}
+
+TEST(HeadKvTest, AWaitAllOfAConnectionThatClosedIsForgotten) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  {
+    RawSession session(head);
+    session.SendWaitAll(1, {"late/0", "late/1"});
+    session.SendWait(2, "barrier", 60000);
+    client.Put("barrier", "");
+    // Requests of one connection are handled in order: the WaitAll is pending.
+    EXPECT_FALSE(session.AnswerTo(2).error);
+  }
+  // Its waiter must not answer a closed connection (nor crash the head).
+  client.Put("late/0", "a");
+  client.Put("late/1", "b");
+  EXPECT_EQ(client.WaitAll({"late/0", "late/1"}, seconds(60), {}),
+            (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(HeadKvTest, NonLoopbackListenRequiresTokenFile) {

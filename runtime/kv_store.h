@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace elastic::runtime {
 
@@ -27,6 +28,39 @@ class LimitExceededError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by WaitAll when some keys did not appear in time. The message names
+// them; missing() says which, so that a caller can name what they stand for
+// (the ranks of a rendezvous).
+class MissingKeysError : public TimeoutError {
+ public:
+  MissingKeysError(const std::string& message, std::vector<size_t> missing);
+  // Indices into the keys WaitAll was given, in increasing order.
+  const std::vector<size_t>& missing() const { return missing_; }
+
+ private:
+  std::vector<size_t> missing_;
+};
+
+// Bytes [offset, offset + length) of a value, cut at the value's end.
+struct ByteRange {
+  size_t offset = 0;
+  size_t length = 0;
+};
+
+// The concatenation of `ranges` of value, each cut at its end; all of value
+// when ranges is empty. What WaitAll returns of each value.
+std::string SliceValue(const std::string& value, const std::vector<ByteRange>& ranges);
+// How many bytes SliceValue(value, ranges) has, and writing them to `out`
+// (which must have room for that many) without building a string.
+size_t SlicedSize(const std::string& value, const std::vector<ByteRange>& ranges);
+void SliceInto(const std::string& value, const std::vector<ByteRange>& ranges, char* out);
+
+// "3 of 8 keys ('a', 'b', 'c') were not set within 100 ms": the message of a
+// MissingKeysError, at most a few keys quoted.
+std::string DescribeMissingKeys(const std::vector<std::string>& keys,
+                                const std::vector<size_t>& missing,
+                                std::chrono::milliseconds timeout);
+
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;
@@ -40,6 +74,20 @@ class KeyValueStore {
   // Blocks until key is set and returns its value; throws TimeoutError after
   // timeout, and std::runtime_error when the store becomes unreachable.
   virtual std::string Wait(const std::string& key, std::chrono::milliseconds timeout) = 0;
+
+  // Blocks until every key is set and returns their values in the order of
+  // keys, each cut to `ranges` (SliceValue; empty: whole values). Throws
+  // MissingKeysError naming the keys still unset after timeout (one deadline
+  // for all), LimitExceededError when the store refuses that many keys or
+  // bytes, and std::runtime_error when it becomes unreachable.
+  //
+  // This default waits for one key after another: one request per key. A
+  // store that can wait for many keys in one request (HeadClient: one
+  // request, one reply) overrides it; that is what keeps a rendezvous of n
+  // members at O(n) requests in all.
+  virtual std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
+                                           std::chrono::milliseconds timeout,
+                                           const std::vector<ByteRange>& ranges);
 };
 
 // "g<generation>/<key>": the key as seen by members of one generation.

@@ -60,6 +60,11 @@ std::optional<std::string> KvTable::Get(const std::string& key) const {
   return it->second;
 }
 
+const std::string* KvTable::Find(const std::string& key) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
 bool KvTable::Erase(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return false;
@@ -107,6 +112,66 @@ bool KvTable::CancelWait(const std::string& key, uint64_t ticket) {
   const bool erased = it->second.erase(ticket) > 0;
   if (it->second.empty()) waiters_.erase(it);
   return erased;
+}
+
+uint64_t KvTable::WaitForAll(std::vector<std::string> keys, std::function<void()> ready) {
+  if (keys.size() > limits_.max_keys_per_wait) {
+    throw LimitExceededError(what_ + " refused a wait for " + std::to_string(keys.size()) +
+                             " keys: over the limit of " +
+                             std::to_string(limits_.max_keys_per_wait) + " (max_keys_per_wait)");
+  }
+  for (const std::string& key : keys) CheckKey(key);
+  std::vector<size_t> missing = Missing(keys);
+  if (missing.empty()) {
+    ready();
+    return 0;
+  }
+  const uint64_t ticket = next_ticket_++;
+  MultiWait& wait = multi_waits_[ticket];
+  wait.keys = std::move(keys);
+  wait.missing = std::move(missing);
+  wait.ready = std::move(ready);
+  Advance(ticket);
+  return ticket;
+}
+
+void KvTable::Advance(uint64_t ticket) {
+  auto it = multi_waits_.find(ticket);
+  if (it == multi_waits_.end()) return;
+  MultiWait& wait = it->second;
+  wait.key_ticket = 0;
+  std::vector<size_t> still;
+  for (size_t index : wait.missing) {
+    if (values_.count(wait.keys[index]) == 0) still.push_back(index);
+  }
+  wait.missing = std::move(still);
+  if (wait.missing.empty()) {
+    std::function<void()> ready = std::move(wait.ready);
+    multi_waits_.erase(it);
+    ready();
+    return;
+  }
+  std::uniform_int_distribution<size_t> pick(0, wait.missing.size() - 1);
+  wait.waiting_on = wait.keys[wait.missing[pick(random_)]];
+  // The key is unset (checked just above), so this registers and never runs now.
+  wait.key_ticket =
+      WaitFor(wait.waiting_on, [this, ticket](const std::string&) { Advance(ticket); });
+}
+
+bool KvTable::CancelWaitAll(uint64_t ticket) {
+  auto it = multi_waits_.find(ticket);
+  if (it == multi_waits_.end()) return false;
+  if (it->second.key_ticket != 0) CancelWait(it->second.waiting_on, it->second.key_ticket);
+  multi_waits_.erase(it);
+  return true;
+}
+
+std::vector<size_t> KvTable::Missing(const std::vector<std::string>& keys) const {
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (values_.count(keys[i]) == 0) missing.push_back(i);
+  }
+  return missing;
 }
 
 size_t KvTable::waiter_count() const {

@@ -14,21 +14,26 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/kv_store.h"
 
 namespace elastic::runtime {
 
-// Far above what rendezvous stores (Gloo puts a few hundred bytes of address
-// per rank, NCCL a 128-byte unique id), far below what would hurt the head.
+// Far above what rendezvous stores (Gloo puts 18 + 2n bytes of address per
+// rank, NCCL a 128-byte unique id), far below what would hurt the head.
 struct KvLimits {
   size_t max_key_bytes = 1024;
   size_t max_value_bytes = size_t{64} << 20;
   size_t max_keys = 100000;
   size_t max_total_bytes = size_t{1} << 30;  // keys plus values
+  // Keys one WaitForAll (one KvWaitAll request) may name: a rendezvous names
+  // one per member.
+  size_t max_keys_per_wait = 65536;
 };
 
 class KvTable {
@@ -43,6 +48,9 @@ class KvTable {
   // for a key or value over its size or a new key beyond the count or bytes.
   void Put(const std::string& key, const std::string& value);
   std::optional<std::string> Get(const std::string& key) const;
+  // The value of key without a copy, or nullptr; valid until the next Put or
+  // erase.
+  const std::string* Find(const std::string& key) const;
   bool Erase(const std::string& key);
   // Erases every GenerationKey of a generation below `generation`; returns
   // how many. Waiters of those keys stay (their requests time out).
@@ -59,6 +67,16 @@ class KvTable {
   // Forgets a waiter that has not run (timeout, disconnect). False if it ran.
   bool CancelWait(const std::string& key, uint64_t ticket);
 
+  // Runs ready once every one of keys is set: now if they all are (and
+  // returns 0), otherwise on the Put that sets the last of them (returns a
+  // ticket for CancelWaitAll). Throws LimitExceededError for more keys than
+  // max_keys_per_wait or a key over max_key_bytes (nothing is registered).
+  uint64_t WaitForAll(std::vector<std::string> keys, std::function<void()> ready);
+  // Forgets a WaitForAll that has not run. False if it ran.
+  bool CancelWaitAll(uint64_t ticket);
+  // Indices of the keys that are not set now, in increasing order.
+  std::vector<size_t> Missing(const std::vector<std::string>& keys) const;
+
   size_t size() const { return values_.size(); }
   // Bytes of every key and value held.
   size_t total_bytes() const { return total_bytes_; }
@@ -66,7 +84,24 @@ class KvTable {
   const KvLimits& limits() const { return limits_; }
 
  private:
+  // One WaitForAll. It holds a waiter on one of its missing keys at a time,
+  // chosen at random: a waiter per key would cost n waiters per request (n^2
+  // per rendezvous of n members), and always the first missing key would wake
+  // it once per key when the keys arrive in the order it names them. A random
+  // missing key arrives, in expectation, halfway through the rest, so a
+  // request wakes O(log n) times whatever the order.
+  struct MultiWait {
+    std::vector<std::string> keys;
+    std::vector<size_t> missing;  // indices unset at the last look
+    std::function<void()> ready;
+    std::string waiting_on;  // the key whose waiter is registered
+    uint64_t key_ticket = 0;
+  };
+
   [[noreturn]] void Refuse(const std::string& key, const std::string& why) const;
+  // Drops the keys of `ticket` that are set now; runs its ready when none is
+  // left, else waits for another missing key.
+  void Advance(uint64_t ticket);
 
   const KvLimits limits_;
   const std::string what_;
@@ -75,6 +110,8 @@ class KvTable {
   std::map<uint64_t, std::set<std::string>> keys_by_generation_;
   std::unordered_map<std::string, std::map<uint64_t, Waiter>> waiters_;
   uint64_t next_ticket_ = 1;
+  std::unordered_map<uint64_t, MultiWait> multi_waits_;
+  std::minstd_rand random_{0x6b76};  // which missing key a MultiWait waits on
 };
 
 }  // namespace elastic::runtime

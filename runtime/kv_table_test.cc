@@ -153,5 +153,67 @@ TEST(KvTableTest, GenerationOfKeyReadsOnlyGenerationKeys) {
   EXPECT_FALSE(GenerationOfKey("").has_value());
 }
 
+TEST(KvTableTest, WaitForAllRunsOnceWhenTheLastKeyIsSetWhateverTheOrder) {
+  for (const bool reverse : {false, true}) {
+    KvTable table;
+    std::vector<std::string> keys;
+    for (int i = 0; i < 64; ++i) keys.push_back("g1/k" + std::to_string(i));
+    table.Put(keys[10], "there already");
+    int ran = 0;
+    const uint64_t ticket = table.WaitForAll(keys, [&] { ++ran; });
+    EXPECT_NE(ticket, 0u);
+    // One waiter at a time, whatever the number of keys.
+    EXPECT_EQ(table.waiter_count(), 1u);
+    for (int i = 0; i < 64; ++i) {
+      const int k = reverse ? 63 - i : i;
+      if (k == 10) continue;
+      EXPECT_EQ(ran, 0) << "ran before key " << k << " was set";
+      table.Put(keys[static_cast<size_t>(k)], "v");
+    }
+    EXPECT_EQ(ran, 1);
+    EXPECT_EQ(table.waiter_count(), 0u);
+    EXPECT_FALSE(table.CancelWaitAll(ticket));
+    EXPECT_TRUE(table.Missing(keys).empty());
+  }
+}
+
+TEST(KvTableTest, WaitForAllOfPresentKeysRunsAtOnceAndCancelledNeverRuns) {
+  KvTable table;
+  table.Put("a", "1");
+  table.Put("b", "2");
+  bool ran = false;
+  EXPECT_EQ(table.WaitForAll({"a", "b"}, [&] { ran = true; }), 0u);
+  EXPECT_TRUE(ran);
+  ran = false;
+  const uint64_t ticket = table.WaitForAll({"a", "c", "d"}, [&] { ran = true; });
+  EXPECT_EQ(table.Missing({"a", "c", "d"}), (std::vector<size_t>{1, 2}));
+  EXPECT_TRUE(table.CancelWaitAll(ticket));
+  EXPECT_EQ(table.waiter_count(), 0u);
+  table.Put("c", "3");
+  table.Put("d", "4");
+  EXPECT_FALSE(ran);
+}
+
+TEST(KvTableTest, WaitForAllRefusesTooManyKeysOrAnOversizeKey) {
+  KvLimits limits;
+  limits.max_keys_per_wait = 3;
+  limits.max_key_bytes = 8;
+  KvTable table(limits);
+  try {
+    table.WaitForAll({"a", "b", "c", "d"}, [] {});
+    FAIL() << "four keys accepted";
+  } catch (const LimitExceededError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_keys_per_wait"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(table.WaitForAll({"a", "much-too-long"}, [] {}), LimitExceededError);
+  EXPECT_EQ(table.waiter_count(), 0u);
+}
+
+TEST(KvTableTest, SliceValueConcatenatesRangesCutAtTheEnd) {
+  EXPECT_EQ(SliceValue("0123456789", {}), "0123456789");
+  EXPECT_EQ(SliceValue("0123456789", {{0, 2}, {6, 2}}), "0167");
+  EXPECT_EQ(SliceValue("0123456789", {{8, 5}, {20, 1}}), "89");
+}
+
 }  // namespace
 }  // namespace elastic::runtime

@@ -69,6 +69,32 @@ struct KvValue {
   value @1 :Data;
 }
 
+# Bytes [offset, offset + length) of a value, cut at the value's end.
+struct ByteRange {
+  offset @0 :UInt64;
+  length @1 :UInt64;
+}
+
+# Waits until every key is set, or timeoutMillis passed, and answers with all
+# of them in one KvValues: a rendezvous of n members costs each member one
+# request and one reply instead of one per peer. At most
+# KvLimits::max_keys_per_wait keys and HeadLimits::max_ranges_per_wait ranges;
+# the reply must fit a frame.
+struct KvWaitAll {
+  keys @0 :List(Text);
+  timeoutMillis @1 :UInt64;
+  # Of each value, only the concatenation of these ranges; all of it when
+  # empty. A member that needs one slot of every peer's value (its own port
+  # among a peer's n) reads O(1) bytes per peer, not O(n).
+  ranges @2 :List(ByteRange);
+}
+
+# The answer to KvWaitAll: at the deadline too, then naming what is missing.
+struct KvValues {
+  values @0 :List(Data);     # in the order of the request's keys; empty for a missing key
+  missing @1 :List(UInt32);  # indices of the keys not set by the deadline; empty: all were
+}
+
 # --- nodes, members and membership --------------------------------------------
 
 struct Endpoint {
@@ -216,5 +242,7 @@ struct Envelope {
     actorLocation @26 :ActorLocation;
     actorCall @27 :ActorCall;
     actorReply @28 :ActorReply;
+    kvWaitAll @29 :KvWaitAll;
+    kvValues @30 :KvValues;
   }
 }

@@ -22,6 +22,8 @@ class TestHead {
  public:
   TestHead();
   std::string spec() const;
+  // What the head served so far (to count a rendezvous's requests).
+  runtime::HeadStats stats() const { return head_.stats(); }
 
  private:
   runtime::Head head_;
