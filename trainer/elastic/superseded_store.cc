@@ -31,6 +31,27 @@ std::string SupersededStore::Wait(const std::string& key, std::chrono::milliseco
   }
 }
 
+std::vector<std::string> SupersededStore::WaitAll(const std::vector<std::string>& keys,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::vector<runtime::ByteRange>& ranges) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (true) {
+    ThrowIfSuperseded(keys.empty() ? std::string("no key") : keys.front() + " and the rest");
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto wait = std::clamp(left, std::chrono::milliseconds(1), slice_);
+    try {
+      return inner_.WaitAll(keys, wait, ranges);
+    } catch (const runtime::MissingKeysError& e) {
+      // Named with the whole timeout, not the slice's.
+      if (Clock::now() >= deadline)
+        throw runtime::MissingKeysError(runtime::DescribeMissingKeys(keys, e.missing(), timeout),
+                                        e.missing());
+    }
+  }
+}
+
 void SupersededStore::ThrowIfSuperseded(const std::string& key) const {
   if (superseded_())
     throw RendezvousSuperseded("a newer generation exists; stopped waiting for " + key);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/kv_store.h"
 
@@ -37,6 +38,11 @@ class SupersededStore : public runtime::KeyValueStore {
   // Throws TimeoutError after `timeout`, RendezvousSuperseded as soon as a
   // slice ends with the generation superseded.
   std::string Wait(const std::string& key, std::chrono::milliseconds timeout) override;
+  // The inner store's WaitAll (one request for all keys) in slices: throws
+  // MissingKeysError after `timeout`, RendezvousSuperseded as above.
+  std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout,
+                                   const std::vector<runtime::ByteRange>& ranges) override;
 
   // Whether the generation is superseded now (the backend may have wrapped
   // RendezvousSuperseded into its own error).

@@ -97,6 +97,36 @@ TEST(SupersededStoreTest, ANewerGenerationEndsTheWait) {
   publisher.join();
 }
 
+// WaitAll goes to the inner store in slices too (the default WaitAll here:
+// one Wait per key), and a newer generation ends it.
+TEST(SupersededStoreTest, WaitAllReturnsWhatComesAndStopsForANewerGeneration) {
+  MemoryStore inner;
+  std::atomic<bool> newer{false};
+  SupersededStore store(
+      inner, [&] { return newer.load(); }, milliseconds(10));
+  inner.Put("a", "0123");
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    inner.Put("b", "4567");
+  });
+  const std::vector<std::string> values = store.WaitAll({"a", "b"}, milliseconds(10000), {{1, 2}});
+  writer.join();
+  EXPECT_EQ(values, (std::vector<std::string>{"12", "56"}));
+  try {
+    store.WaitAll({"a", "missing"}, milliseconds(50), {});
+    FAIL() << "returned";
+  } catch (const runtime::MissingKeysError& e) {
+    EXPECT_EQ(e.missing(), (std::vector<size_t>{1}));
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    newer.store(true);
+  });
+  EXPECT_THROW(store.WaitAll({"a", "dead"}, std::chrono::hours(1), {}), RendezvousSuperseded);
+  publisher.join();
+}
+
 TEST(SupersededStoreTest, AlreadySupersededDoesNotWaitAtAll) {
   MemoryStore inner;
   inner.Put("k", "v");
