@@ -39,10 +39,11 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "more of the machines' time as training on a spot trace (docs/benchmarks.md)",
               {"commit", "epoch"});
   f.AddDouble("join-window", &o.join_window,
-              "elastic: seconds that workers joining after every worker was lost wait for "
-              "others that register together, so that one generation forms at their full world "
-              "(it starts sooner once the job's largest world is back); later ones enter at the "
-              "next commit. 0: start with the first");
+              "elastic: after every worker was lost, joiners wait for others that register "
+              "together, so that one generation forms at their full world: it starts once this "
+              "many seconds passed with no new joiner (at most 4x this after the first), or at "
+              "once when the job's largest world is back; later ones enter at the next commit. "
+              "0: start with the first");
   f.AddDouble("drain-timeout", &o.drain_timeout,
               "elastic: with --admit-at=epoch, seconds a worker told to leave (SIGTERM) waits "
               "for the epoch boundary before it leaves at the next commit");
