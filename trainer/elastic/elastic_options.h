@@ -30,7 +30,7 @@ struct ElasticOptions {
   // "epoch": at the next epoch boundary. The default is the one that kept
   // more goodput on the p3 spot trace (bench/spot_trace_bench.py).
   std::string admit_at = "commit";
-  double join_window = 2;          // seconds; after a mass loss, for joiners that register together
+  double join_window = 3;          // seconds; after a mass loss, for joiners that register together
   double rendezvous_timeout = 60;  // seconds
   double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
   double reconnect_timeout = 60;   // seconds nodes and workers wait for a lost head

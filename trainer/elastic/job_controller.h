@@ -78,7 +78,7 @@ struct ControllerConfig {
   // long passed with no new joiner (at most kJoinWindows times this after the
   // first), or as soon as the largest world trained so far is back; later
   // ones enter like any join (ms; 0: at once).
-  int64_t join_window_ms = 2000;
+  int64_t join_window_ms = 3000;
   int64_t blacklist_after = 3;  // failures of one node
   int64_t blacklist_ms = 300000;
   bool resume = false;  // the first generation reads --checkpoint-dir
