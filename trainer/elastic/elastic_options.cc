@@ -35,8 +35,8 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "elastic: when joins and graceful leaves (SIGTERM, a preemption notice) take "
               "effect. commit: at the next commit (--commit-every), the rest of the epoch "
               "re-sharded over the new world, every sample still once; epoch: at the next epoch "
-              "boundary, so that a joiner waits up to an epoch. commit is the default: it keeps "
-              "more of the machines' time as training on a spot trace (docs/benchmarks.md)",
+              "boundary, so that a joiner waits up to an epoch. commit is the default: a joiner "
+              "trains within --commit-every steps, not up to an epoch (docs/benchmarks.md)",
               {"commit", "epoch"});
   f.AddDouble("join-window", &o.join_window,
               "elastic: after every worker was lost, joiners wait for others that register "
