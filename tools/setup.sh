@@ -21,6 +21,8 @@ PACKAGES=(
   nlohmann-json3-dev
   # YAML for //deploy/kubernetes:manifests_test
   python3-yaml
+  # Process trees of the benchmarks' jobs (//tests:spot_trace_test runs bench/spot_trace_bench.py)
+  python3-psutil
 )
 
 say() { echo "[setup] $*"; }
