@@ -21,11 +21,12 @@
 //               by each member when its callback delivers the view.
 // --rendezvous=gloo (default) replays what GlooCommunicator sends through
 // the head for rank r of n (collectives/gloo_mesh.h, with its own encoding):
-//   Get      g<g>/gloo/world/warm       (GlooCommunicator's warm-up)
-//   Put      g<g>/gloo/world/<r> = 18 + 2n bytes (IP once, a port per rank)
-//   WaitAll  g<g>/gloo/world/<0..n-1>, each cut to its 18-byte head and the
-//            2 bytes of its port for r (20 bytes per peer)
-// so 3n requests and about 20 n^2 bytes of values per change (20 n per rank).
+// one AllGather (one KvWaitAll request) that
+//   puts     g<g>/gloo/world/<r> = 18 + 2n bytes (IP once, a port per rank)
+//   waits    g<g>/gloo/world/<0..n-1> (named by prefix and count), each cut to
+//            its 18-byte head and the 2 bytes of its port for r (20 bytes per
+//            peer)
+// so n requests and about 20 n^2 bytes of values per change (20 n per rank).
 // --rendezvous=gloo-fullmesh replays what GlooCommunicator sent before, with
 // Debian's Gloo (2022-05-18) connectFullMesh over a store adapter:
 //   Get   g<g>/gloo/world/warm                 (GlooCommunicator's warm-up)
@@ -203,10 +204,6 @@ uint64_t GlooFullMeshRendezvous(HeadClient& kv, uint64_t generation, int rank, i
 // returns the bytes of values the replies carried.
 uint64_t GlooRendezvous(HeadClient& kv, uint64_t generation, int rank, int size,
                         Clock::time_point deadline) {
-  auto key = [generation](const std::string& name) {
-    return GenerationKey(generation, "gloo/world/" + name);
-  };
-  kv.Get(key("warm"));
   elastic::collectives::MeshAddress address;
   auto* in = reinterpret_cast<sockaddr_in*>(&address.host);
   in->sin_family = AF_INET;
@@ -214,14 +211,13 @@ uint64_t GlooRendezvous(HeadClient& kv, uint64_t generation, int rank, int size,
   // Ports as a device on loopback would have them: one per peer, never 0.
   for (int i = 0; i < size; ++i)
     address.ports.push_back(i == rank ? 0 : htons(static_cast<uint16_t>(20000 + i)));
-  kv.Put(key(std::to_string(rank)), elastic::collectives::EncodeMeshAddress(address));
-  std::vector<std::string> keys;
-  for (int i = 0; i < size; ++i) keys.push_back(key(std::to_string(i)));
   const auto left =
       std::max(std::chrono::milliseconds(1),
                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   const std::vector<std::string> slices =
-      kv.WaitAll(keys, left, elastic::collectives::MeshSliceRanges(rank));
+      kv.AllGather(GenerationKey(generation, "gloo/world/"), static_cast<size_t>(rank),
+                   static_cast<size_t>(size), elastic::collectives::EncodeMeshAddress(address),
+                   left, elastic::collectives::MeshSliceRanges(rank));
   uint64_t received = 0;
   for (int i = 0; i < size; ++i) {
     received += slices[static_cast<size_t>(i)].size();

@@ -39,9 +39,9 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(const Membership& membership, const GlooOptions& options,
                    runtime::KeyValueStore& store)
       : Communicator(membership, options.default_timeout) {
-    // A lazily connecting store client must open its socket before the
-    // tripwire is armed, or Abort would shut the store's connection down too.
-    store.Get(runtime::GenerationKey(membership.generation, "gloo/" + options.tag + "/warm"));
+    // The store's own socket must exist before the tripwire is armed, or
+    // Abort would shut the store's connection down too: the stores here
+    // connect when they are made (HeadClient) or have no socket (files).
     tripwire_.Arm();
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
@@ -50,12 +50,10 @@ class GlooCommunicator : public Communicator {
     context->setTimeout(options.rendezvous_timeout);
     const std::string what =
         "gloo rendezvous of generation " + std::to_string(membership.generation);
-    const auto key_of = [&](int rank) {
-      return runtime::GenerationKey(membership.generation,
-                                    "gloo/" + options.tag + "/" + std::to_string(rank));
-    };
+    const std::string key_prefix =
+        runtime::GenerationKey(membership.generation, "gloo/" + options.tag + "/");
     try {
-      context->Connect(store, key_of, device_, options.rendezvous_timeout, what);
+      context->Connect(store, key_prefix, device_, options.rendezvous_timeout, what);
     } catch (const CollectiveError&) {
       throw;
     } catch (const std::exception& e) {

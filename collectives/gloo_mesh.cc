@@ -166,8 +166,7 @@ std::string GlooMeshContext::DescribePeer(int peer) const {
   return "rank " + std::to_string(peer) + " (" + where + ")";
 }
 
-void GlooMeshContext::Connect(runtime::KeyValueStore& store,
-                              const std::function<std::string(int)>& key_of,
+void GlooMeshContext::Connect(runtime::KeyValueStore& store, const std::string& key_prefix,
                               const std::shared_ptr<gloo::transport::Device>& device,
                               std::chrono::milliseconds timeout, const std::string& what) {
   const auto deadline = Clock::now() + timeout;
@@ -187,17 +186,14 @@ void GlooMeshContext::Connect(runtime::KeyValueStore& store,
     mine.ports[static_cast<size_t>(peer)] = *FieldsOf(listening).port;
   }
   if (size > 1) mine.host = self;
-  store.Put(key_of(rank), EncodeMeshAddress(mine));
-
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<size_t>(size));
-  for (int peer = 0; peer < size; ++peer) keys.push_back(key_of(peer));
+  const auto key_of = [&](int peer) { return runtime::IndexedKey(key_prefix, peer); };
   std::vector<std::string> slices;
   try {
     const auto left =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    slices = store.WaitAll(keys, left, MeshSliceRanges(rank));
+    slices = store.AllGather(key_prefix, static_cast<size_t>(rank), static_cast<size_t>(size),
+                             EncodeMeshAddress(mine), left, MeshSliceRanges(rank));
   } catch (const runtime::MissingKeysError& e) {
     std::vector<int> missing;
     for (size_t index : e.missing()) missing.push_back(static_cast<int>(index));

@@ -8,12 +8,14 @@
 // waits for and reads every other rank's key twice, whole, one request each,
 // after a local-rank discovery round of n(n-1)/2 more waits.
 //
-// Here each rank makes one Put and one WaitAll:
-//   Put      <key of my rank> = my compact address: 18 bytes (format, family,
+// Here each rank makes one AllGather (KeyValueStore::AllGather: one request
+// to the head, carrying both):
+//   put      <prefix><my rank> = my compact address: 18 bytes (format, family,
 //            IP) + 2 bytes per rank (the port of my pair for that rank)
-//   WaitAll  the keys of all n ranks, each cut to the 18-byte head and the
+//   wait     <prefix>0 .. <prefix>n-1, each cut to the 18-byte head and the
 //            2 bytes of its port for me: 20 bytes per peer
-// so n puts and n waits per change in all, each rank reading O(n) bytes.
+// so n requests per change in all, each of O(1) bytes, and each rank reading
+// O(n) bytes.
 //
 // Why ports per rank and not one listener address: Debian's Gloo
 // (0.0~git20220518) gives every pair its own listening socket on an
@@ -73,13 +75,13 @@ class GlooMeshContext : public gloo::Context {
  public:
   GlooMeshContext(int rank, int size);
 
-  // Publishes this rank's address under key_of(rank), reads every rank's,
+  // Publishes this rank's address under key_prefix + rank, reads every rank's,
   // connects every pair. Throws CollectiveTimeout naming the ranks that
   // published nothing, or whose pair did not connect, within `timeout` (one
   // deadline for the whole rendezvous), and CollectiveError naming the rank
   // whose address is malformed or whose pair failed to connect. `what`
   // prefixes every error ("gloo rendezvous of generation 7").
-  void Connect(runtime::KeyValueStore& store, const std::function<std::string(int)>& key_of,
+  void Connect(runtime::KeyValueStore& store, const std::string& key_prefix,
                const std::shared_ptr<gloo::transport::Device>& device,
                std::chrono::milliseconds timeout, const std::string& what);
 

@@ -10,8 +10,9 @@
 // each descriptor still names the same socket inode).
 //
 // Known limit: a TCP socket that another thread of this process opens during
-// the (millisecond) connect window would be counted too; the communicator warms
-// the key-value store's connection before the window opens for that reason.
+// the (millisecond) connect window would be counted too; so the key-value store
+// a communicator connects through must hold its connection before the window
+// opens (HeadClient connects in its constructor).
 #pragma once
 
 #include <mutex>

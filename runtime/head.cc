@@ -4,6 +4,7 @@
 #include <charconv>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "runtime/auth.h"
 #include "runtime/log.h"
@@ -78,6 +79,9 @@ std::string DescribeExit(proto::ProcessExited::Reader exited) {
 
 struct Head::Member {
   MemberInfo info;
+  // record_changes_ when info last changed: a delta carries the records that
+  // changed since the previous update (Broadcast).
+  uint64_t changed_at = 0;
 };
 
 struct Head::Session {
@@ -359,7 +363,10 @@ void Head::HandleDraining(Session& session, uint64_t request_id, proto::Draining
     return;
   }
   for (auto& [id, member] : members_) {
-    if (member.info.node_id == node_id) member.info.draining = true;
+    if (member.info.node_id == node_id && !member.info.draining) {
+      member.info.draining = true;
+      member.changed_at = ++record_changes_;
+    }
   }
   ELASTIC_LOG(kInfo, "head", "node " << node_id << " is draining: " << draining.getReason().cStr());
   Broadcast(Snapshot(MembershipEventKind::kDraining, 0, node_id, draining.getReason().cStr()));
@@ -422,32 +429,46 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
   ConnectionPtr connection = session.connection;
   const auto keys_reader = wait.getKeys();
   const auto ranges_reader = wait.getRanges();
+  const uint64_t key_count = uint64_t{keys_reader.size()} + wait.getKeyCount();
   // Counted before anything is copied: a request naming a million keys costs
   // the head nothing but this refusal.
   std::string refusal;
-  if (keys_reader.size() > options_.limits.kv.max_keys_per_wait) {
-    refusal = "wait for " + std::to_string(keys_reader.size()) +
-              " keys refused: over the limit of " +
+  if (key_count > options_.limits.kv.max_keys_per_wait) {
+    refusal = "wait for " + std::to_string(key_count) + " keys refused: over the limit of " +
               std::to_string(options_.limits.kv.max_keys_per_wait) + " (max_keys_per_wait)";
   } else if (ranges_reader.size() > options_.limits.max_ranges_per_wait) {
-    refusal = "wait for " + std::to_string(keys_reader.size()) +
+    refusal = "wait for " + std::to_string(key_count) +
               " keys refused: " + std::to_string(ranges_reader.size()) +
               " byte ranges, over the limit of " +
               std::to_string(options_.limits.max_ranges_per_wait) + " (max_ranges_per_wait)";
   } else {
-    refusal = TooManyWaits(session, std::to_string(keys_reader.size()) + " keys");
+    refusal = TooManyWaits(session, std::to_string(key_count) + " keys");
   }
   if (!refusal.empty()) {
     Refuse(connection, request_id, refusal);
     return;
   }
   auto keys = std::make_shared<std::vector<std::string>>();
-  keys->reserve(keys_reader.size());
+  keys->reserve(key_count);
   for (auto key : keys_reader) keys->push_back(key.cStr());
+  const std::string prefix = wait.getKeyPrefix().cStr();
+  for (uint32_t i = 0; i < wait.getKeyCount(); ++i) keys->push_back(IndexedKey(prefix, i));
   auto ranges = std::make_shared<std::vector<ByteRange>>();
   for (auto range : ranges_reader) {
     ranges->push_back(
         ByteRange{static_cast<size_t>(range.getOffset()), static_cast<size_t>(range.getLength())});
+  }
+  if (wait.hasPut()) {
+    // An all-gather's own key, set before its wait. Refused like a KvPut, and
+    // then nothing is waited for; a wait that would be refused sets nothing.
+    try {
+      for (const std::string& key : *keys) kv_.CheckKey(key);
+      kv_.Put(wait.getPut().getKey().cStr(), ToBytes(wait.getPut().getValue()));
+    } catch (const LimitExceededError& e) {
+      Refuse(connection, request_id, e.what());
+      return;
+    }
+    NoteKvSize();
   }
   const auto timeout = ClampedWait(wait.getTimeoutMillis());
   const uint64_t serial = session.next_wait_serial++;
@@ -662,6 +683,7 @@ void Head::HandleRegisterMember(Session& session, uint64_t request_id,
   member.info.endpoint = FromProto(request.getEndpoint());
   member.info.pid = request.getPid();
   session.member_id = member.info.id;
+  member.changed_at = ++record_changes_;
   members_[member.info.id] = member;
   if (member.info.node_id != 0)
     member_by_pid_[{member.info.node_id, member.info.pid}] = member.info.id;
@@ -769,19 +791,26 @@ MembershipUpdate Head::Snapshot(MembershipEventKind kind, uint64_t member_id, ui
   update.node_id = node_id;
   update.detail = detail;
   update.view.generation = generation_;
+  update.view.members.reserve(view_.size());
   for (uint64_t id : view_) update.view.members.push_back(members_.at(id).info);
+  const std::unordered_set<uint64_t> in_view(view_.begin(), view_.end());
   for (const auto& [id, member] : members_) {
-    if (std::find(view_.begin(), view_.end(), id) == view_.end()) {
-      update.pending.push_back(member.info);
-    }
+    if (in_view.count(id) == 0) update.pending.push_back(member.info);
   }
   return update;
 }
 
 void Head::Broadcast(const MembershipUpdate& update) {
   if (stopping_) return;
+  // Every subscriber has had its snapshot and every update since: it holds
+  // the records of all members but those changed since the previous update.
+  const uint64_t previous = broadcast_changes_;
+  broadcast_changes_ = record_changes_;
   capnp::MallocMessageBuilder message;
-  ToProto(update, message.initRoot<proto::Envelope>().initMembershipUpdate());
+  ToProtoDelta(
+      update,
+      [&](const MemberInfo& record) { return members_.at(record.id).changed_at > previous; },
+      message.initRoot<proto::Envelope>().initMembershipUpdate());
   for (auto& [raw, session] : sessions_) {
     if (session->subscribed) Send(session->connection, message);
   }

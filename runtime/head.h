@@ -219,6 +219,10 @@ class Head {
   std::map<std::pair<uint64_t, int32_t>, uint64_t> member_by_pid_;
   std::vector<uint64_t> view_;
   uint64_t generation_ = 0;
+  // Changes to member records so far, and how many the last broadcast
+  // update included (see Member::changed_at).
+  uint64_t record_changes_ = 0;
+  uint64_t broadcast_changes_ = 0;
   std::atomic<uint64_t> next_member_id_{1};  // written on the loop, read by stats()
   std::atomic<uint64_t> next_node_id_{1};
   KvTable kv_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
 #include "runtime/auth.h"
@@ -124,14 +125,12 @@ HeadClient::Reply HeadClient::Call(const std::function<void(proto::Envelope::Bui
 void HeadClient::OnMessage(proto::Envelope::Reader envelope,
                            const std::shared_ptr<IncomingFrame>& frame) {
   if (envelope.which() == proto::Envelope::MEMBERSHIP_UPDATE) {
-    UpdateCallback callback;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      callback = on_update_;
-    }
-    if (callback) callback(FromProto(envelope.getMembershipUpdate()));
+    OnMembershipUpdate(envelope.getMembershipUpdate());
     return;
   }
+  // Every view the head answers with is whole and newer than the updates
+  // before it on this connection: the deltas after it build on its records.
+  if (envelope.which() == proto::Envelope::VIEW) records_.Read(envelope.getView());
   std::promise<Reply> promise;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -141,6 +140,18 @@ void HeadClient::OnMessage(proto::Envelope::Reader envelope,
     pending_.erase(it);
   }
   promise.set_value(frame);
+}
+
+void HeadClient::OnMembershipUpdate(proto::MembershipUpdate::Reader update) {
+  // A delta naming a member without a record throws: the connection closes
+  // naming it (never the case with an honest head).
+  const MembershipUpdate read = records_.Read(update);
+  UpdateCallback callback;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callback = on_update_;
+  }
+  if (callback) callback(read);
 }
 
 void HeadClient::OnClosed(const std::string& reason) {
@@ -191,11 +202,41 @@ std::string HeadClient::Wait(const std::string& key, std::chrono::milliseconds t
 std::vector<std::string> HeadClient::WaitAll(const std::vector<std::string>& keys,
                                              std::chrono::milliseconds timeout,
                                              const std::vector<ByteRange>& ranges) {
+  return CallWaitAll(
+      [&](proto::KvWaitAll::Builder wait) {
+        auto list = wait.initKeys(static_cast<unsigned>(keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), keys[i]);
+      },
+      keys.size(), [&] { return keys; }, timeout, ranges);
+}
+
+std::vector<std::string> HeadClient::AllGather(const std::string& prefix, size_t rank, size_t count,
+                                               const std::string& value,
+                                               std::chrono::milliseconds timeout,
+                                               const std::vector<ByteRange>& ranges) {
+  if (count > std::numeric_limits<uint32_t>::max() || rank >= count) {
+    throw std::invalid_argument("AllGather: rank " + std::to_string(rank) + " of " +
+                                std::to_string(count));
+  }
+  return CallWaitAll(
+      [&](proto::KvWaitAll::Builder wait) {
+        wait.setKeyPrefix(prefix);
+        wait.setKeyCount(static_cast<uint32_t>(count));
+        auto put = wait.initPut();
+        put.setKey(IndexedKey(prefix, rank));
+        put.setValue(AsData(value));
+      },
+      count, [&] { return IndexedKeys(prefix, count); }, timeout, ranges);
+}
+
+std::vector<std::string> HeadClient::CallWaitAll(
+    const std::function<void(proto::KvWaitAll::Builder)>& fill, size_t key_count,
+    const std::function<std::vector<std::string>()>& keys_of, std::chrono::milliseconds timeout,
+    const std::vector<ByteRange>& ranges) {
   Reply reply = Call(
       [&](proto::Envelope::Builder envelope) {
         auto wait = envelope.initKvWaitAll();
-        auto list = wait.initKeys(static_cast<unsigned>(keys.size()));
-        for (size_t i = 0; i < keys.size(); ++i) list.set(static_cast<unsigned>(i), keys[i]);
+        fill(wait);
         wait.setTimeoutMillis(TimeoutMillis(timeout));
         auto cuts = wait.initRanges(static_cast<unsigned>(ranges.size()));
         for (size_t i = 0; i < ranges.size(); ++i) {
@@ -203,27 +244,27 @@ std::vector<std::string> HeadClient::WaitAll(const std::vector<std::string>& key
           cuts[static_cast<unsigned>(i)].setLength(ranges[i].length);
         }
       },
-      WithSlack(timeout), "WaitAll(" + std::to_string(keys.size()) + " keys)");
+      WithSlack(timeout), "WaitAll(" + std::to_string(key_count) + " keys)");
   auto root = reply->Envelope();
   if (root.which() != proto::Envelope::KV_VALUES) {
     throw std::runtime_error("WaitAll: the head answered with message kind " +
                              std::to_string(static_cast<int>(root.which())) + ", not kvValues");
   }
   auto found = root.getKvValues();
-  if (found.getValues().size() != keys.size()) {
+  if (found.getValues().size() != key_count) {
     throw std::runtime_error("WaitAll: the head answered " +
                              std::to_string(found.getValues().size()) + " values for " +
-                             std::to_string(keys.size()) + " keys");
+                             std::to_string(key_count) + " keys");
   }
   if (found.getMissing().size() > 0) {
     std::vector<size_t> missing;
     for (uint32_t index : found.getMissing()) missing.push_back(index);
     // The message first: the argument that moves `missing` may be built first.
-    const std::string message = "WaitAll: " + DescribeMissingKeys(keys, missing, timeout);
+    const std::string message = "WaitAll: " + DescribeMissingKeys(keys_of(), missing, timeout);
     throw MissingKeysError(message, std::move(missing));
   }
   std::vector<std::string> values;
-  values.reserve(keys.size());
+  values.reserve(key_count);
   for (auto value : found.getValues()) values.push_back(ToBytes(value));
   return values;
 }

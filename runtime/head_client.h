@@ -71,6 +71,11 @@ class HeadClient : public KeyValueStore {
   std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
                                    std::chrono::milliseconds timeout,
                                    const std::vector<ByteRange>& ranges) override;
+  // One KvWaitAll request carrying the put and naming the keys by prefix and
+  // count, and one reply.
+  std::vector<std::string> AllGather(const std::string& prefix, size_t rank, size_t count,
+                                     const std::string& value, std::chrono::milliseconds timeout,
+                                     const std::vector<ByteRange>& ranges) override;
 
   // Registers this connection as a node agent; returns the node id. A node
   // whose head was restarted claims the id it had (`previous_id`): the head
@@ -116,7 +121,16 @@ class HeadClient : public KeyValueStore {
   // connections.
   Reply Call(const std::function<void(proto::Envelope::Builder)>& fill,
              std::chrono::milliseconds wait, const std::string& what);
+  // Sends the KvWaitAll that fill completes (keys, put) for `key_count` keys,
+  // with timeout and ranges, and returns its values; `keys_of` names them
+  // for a MissingKeysError.
+  std::vector<std::string> CallWaitAll(const std::function<void(proto::KvWaitAll::Builder)>& fill,
+                                       size_t key_count,
+                                       const std::function<std::vector<std::string>()>& keys_of,
+                                       std::chrono::milliseconds timeout,
+                                       const std::vector<ByteRange>& ranges);
   void OnMessage(proto::Envelope::Reader envelope, const std::shared_ptr<IncomingFrame>& frame);
+  void OnMembershipUpdate(proto::MembershipUpdate::Reader update);
   void OnClosed(const std::string& reason);
 
   HeadClientOptions options_;
@@ -129,6 +143,7 @@ class HeadClient : public KeyValueStore {
   uint64_t next_request_id_ = 1;
   std::string lost_reason_;  // non-empty once disconnected
   UpdateCallback on_update_;
+  MemberRecords records_;  // the loop thread's only
   DisconnectCallback on_disconnect_;
 };
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -442,6 +443,83 @@ TEST(HeadKvTest, WaitAllBeyondTheLimitsIsRefusedByNameAndTheHeadServesOthers) {
   EXPECT_GE(head.stats().requests_refused, 4u);
   other.Put("after", "ok");
   EXPECT_EQ(client.WaitAll({"after"}, seconds(60), {}).at(0), "ok");
+}
+
+// A rendezvous of n members through AllGather: each member one request (its
+// put and its wait together), every member gets every value in rank order.
+TEST(HeadKvTest, AllGatherIsOneRequestPerMemberAndReturnsEveryValueInRankOrder) {
+  Head head(HeadOptions{});
+  constexpr size_t kMembers = 12;
+  std::vector<std::unique_ptr<HeadClient>> clients;
+  for (size_t i = 0; i < kMembers; ++i)
+    clients.push_back(std::make_unique<HeadClient>(ClientOf(head)));
+  const std::string prefix = GenerationKey(4, "mesh/");
+  const uint64_t before = head.stats().messages_received;
+  std::vector<std::vector<std::string>> gathered(kMembers);
+  std::vector<std::thread> members;
+  // In reverse rank order: the first ones wait for all the others' puts.
+  for (size_t rank = kMembers; rank-- > 0;) {
+    members.emplace_back([&, rank] {
+      gathered[rank] =
+          clients[rank]->AllGather(prefix, rank, kMembers, "member" + std::to_string(rank) + "!",
+                                   seconds(60), {{0, 6}, {6 + rank / 10, 1}});
+    });
+  }
+  for (std::thread& member : members) member.join();
+  EXPECT_EQ(head.stats().messages_received - before, kMembers);
+  for (size_t rank = 0; rank < kMembers; ++rank) {
+    ASSERT_EQ(gathered[rank].size(), kMembers) << rank;
+    for (size_t peer = 0; peer < kMembers; ++peer) {
+      // "member" and the digit of peer's number at rank's slot (1 or 2 digits).
+      const std::string number = std::to_string(peer) + "!";
+      EXPECT_EQ(gathered[rank][peer], "member" + number.substr(rank / 10, 1))
+          << "rank " << rank << ", peer " << peer;
+    }
+  }
+  // The keys are ordinary keys: prefix and decimal rank.
+  EXPECT_EQ(clients[0]->Get(prefix + "11").value_or(""), "member11!");
+}
+
+TEST(HeadKvTest, AllGatherTimesOutNamingTheMembersThatDidNotPut) {
+  Head head(HeadOptions{});
+  HeadClient client(ClientOf(head));
+  HeadClient other(ClientOf(head));
+  other.Put("g2/mesh/1", "one");
+  try {
+    client.AllGather("g2/mesh/", 0, 4, "zero", milliseconds(200), {});
+    FAIL() << "AllGather returned without members 2 and 3";
+  } catch (const MissingKeysError& e) {
+    EXPECT_EQ(e.missing(), (std::vector<size_t>{2, 3}));
+    const std::string what = e.what();
+    EXPECT_NE(what.find("2 of 4 keys ('g2/mesh/2', 'g2/mesh/3')"), std::string::npos) << what;
+  }
+  // Its own put stays, as a KvPut's would.
+  EXPECT_EQ(other.Get("g2/mesh/0").value_or(""), "zero");
+  EXPECT_THROW(client.AllGather("g2/mesh/", 4, 4, "x", milliseconds(50), {}),
+               std::invalid_argument);
+}
+
+// A refused AllGather sets nothing: neither too many keys, nor a value over
+// the limit, nor a key name over it.
+TEST(HeadKvTest, ARefusedAllGatherSetsNothingAndTheHeadServesOthers) {
+  HeadOptions options;
+  options.limits.kv.max_keys_per_wait = 100;
+  options.limits.kv.max_value_bytes = 1000;
+  Head head(options);
+  HeadClient client(ClientOf(head));
+  std::string error = ErrorOf([&] { client.AllGather("many/", 0, 101, "x", seconds(60), {}); });
+  EXPECT_NE(error.find("101 keys"), std::string::npos) << error;
+  EXPECT_NE(error.find("max_keys_per_wait"), std::string::npos) << error;
+  EXPECT_FALSE(client.Get("many/0").has_value());
+  error = ErrorOf([&] { client.AllGather("big/", 0, 2, std::string(1001, 'v'), seconds(60), {}); });
+  EXPECT_NE(error.find("max_value_bytes"), std::string::npos) << error;
+  EXPECT_FALSE(client.Get("big/0").has_value());
+  const std::string long_prefix(1030, 'p');
+  error = ErrorOf([&] { client.AllGather(long_prefix, 0, 2, "x", seconds(60), {}); });
+  EXPECT_NE(error.find("max_key_bytes"), std::string::npos) << error;
+  EXPECT_EQ(head.stats().kv_keys, 0u);
+  EXPECT_EQ(client.AllGather("ok/", 0, 1, "fine", seconds(60), {}),
+            (std::vector<std::string>{"fine"}));
 }
 
 TEST(HeadKvTest, AWaitAllOfAConnectionThatClosedIsForgotten) {

@@ -92,4 +92,19 @@ std::vector<std::string> KeyValueStore::WaitAll(const std::vector<std::string>& 
   return values;
 }
 
+std::vector<std::string> KeyValueStore::AllGather(const std::string& prefix, size_t rank,
+                                                  size_t count, const std::string& value,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::vector<ByteRange>& ranges) {
+  Put(IndexedKey(prefix, rank), value);
+  return WaitAll(IndexedKeys(prefix, count), timeout, ranges);
+}
+
+std::vector<std::string> IndexedKeys(const std::string& prefix, size_t count) {
+  std::vector<std::string> keys;
+  keys.reserve(count);
+  for (size_t i = 0; i < count; ++i) keys.push_back(IndexedKey(prefix, i));
+  return keys;
+}
+
 }  // namespace elastic::runtime

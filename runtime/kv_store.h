@@ -88,7 +88,26 @@ class KeyValueStore {
   virtual std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
                                            std::chrono::milliseconds timeout,
                                            const std::vector<ByteRange>& ranges);
+
+  // An all-gather through the store, the whole of a rendezvous for member
+  // `rank` of `count`: sets IndexedKey(prefix, rank) to value, then waits for
+  // IndexedKeys(prefix, count) as WaitAll does (same errors, same slices).
+  //
+  // This default makes those two calls. HeadClient overrides it with one
+  // request that carries the put and names the keys by prefix and count, so
+  // a rendezvous costs each member one request of O(1) bytes and one reply.
+  // Calling it again with the same value is harmless (a wait in slices does).
+  virtual std::vector<std::string> AllGather(const std::string& prefix, size_t rank, size_t count,
+                                             const std::string& value,
+                                             std::chrono::milliseconds timeout,
+                                             const std::vector<ByteRange>& ranges);
 };
+
+// prefix + the decimal index: the keys an AllGather names ("g7/gloo/world/3").
+inline std::string IndexedKey(const std::string& prefix, size_t index) {
+  return prefix + std::to_string(index);
+}
+std::vector<std::string> IndexedKeys(const std::string& prefix, size_t count);
 
 // "g<generation>/<key>": the key as seen by members of one generation.
 inline std::string GenerationKey(uint64_t generation, const std::string& key) {

@@ -110,7 +110,10 @@ void ToProto(const MemberInfo& member, proto::Member::Builder builder) {
   builder.setDraining(member.draining);
 }
 
-MembershipUpdate FromProto(proto::MembershipUpdate::Reader update) {
+namespace {
+
+// The event and the generation: what a whole update and a delta share.
+MembershipUpdate EventFromProto(proto::MembershipUpdate::Reader update) {
   MembershipUpdate result;
   auto event = update.getEvent();
   result.kind = KindFromProto(event.getKind());
@@ -118,13 +121,11 @@ MembershipUpdate FromProto(proto::MembershipUpdate::Reader update) {
   result.node_id = event.getNodeId();
   result.detail = event.getDetail().cStr();
   result.view.generation = update.getView().getGeneration();
-  for (auto member : update.getView().getMembers())
-    result.view.members.push_back(FromProto(member));
-  for (auto member : update.getPending()) result.pending.push_back(FromProto(member));
   return result;
 }
 
-void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder builder) {
+proto::MembershipView::Builder EventToProto(const MembershipUpdate& update,
+                                            proto::MembershipUpdate::Builder builder) {
   auto event = builder.initEvent();
   event.setKind(KindToProto(update.kind));
   event.setMemberId(update.member_id);
@@ -132,6 +133,24 @@ void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder bu
   event.setDetail(update.detail);
   auto view = builder.initView();
   view.setGeneration(update.view.generation);
+  return view;
+}
+
+}  // namespace
+
+MembershipUpdate FromProto(proto::MembershipUpdate::Reader update) {
+  if (update.hasDelta()) {
+    throw std::runtime_error("a membership delta names members by id: read it with MemberRecords");
+  }
+  MembershipUpdate result = EventFromProto(update);
+  for (auto member : update.getView().getMembers())
+    result.view.members.push_back(FromProto(member));
+  for (auto member : update.getPending()) result.pending.push_back(FromProto(member));
+  return result;
+}
+
+void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder builder) {
+  auto view = EventToProto(update, builder);
   auto members = view.initMembers(static_cast<unsigned>(update.view.members.size()));
   for (size_t i = 0; i < update.view.members.size(); ++i) {
     ToProto(update.view.members[i], members[static_cast<unsigned>(i)]);
@@ -140,6 +159,70 @@ void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder bu
   for (size_t i = 0; i < update.pending.size(); ++i) {
     ToProto(update.pending[i], pending[static_cast<unsigned>(i)]);
   }
+}
+
+void ToProtoDelta(const MembershipUpdate& update,
+                  const std::function<bool(const MemberInfo&)>& changed,
+                  proto::MembershipUpdate::Builder builder) {
+  EventToProto(update, builder);
+  auto delta = builder.initDelta();
+  std::vector<const MemberInfo*> records;
+  auto ids_of = [&](const std::vector<MemberInfo>& members, capnp::List<uint64_t>::Builder ids) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      ids.set(static_cast<unsigned>(i), members[i].id);
+      if (changed(members[i])) records.push_back(&members[i]);
+    }
+  };
+  ids_of(update.view.members, delta.initViewIds(static_cast<unsigned>(update.view.members.size())));
+  ids_of(update.pending, delta.initPendingIds(static_cast<unsigned>(update.pending.size())));
+  auto out = delta.initRecords(static_cast<unsigned>(records.size()));
+  for (size_t i = 0; i < records.size(); ++i) ToProto(*records[i], out[static_cast<unsigned>(i)]);
+}
+
+MembershipUpdate MemberRecords::Read(proto::MembershipUpdate::Reader update) {
+  if (!update.hasDelta()) {
+    MembershipUpdate whole = FromProto(update);
+    records_.clear();
+    KeepOnly(whole);
+    return whole;
+  }
+  auto delta = update.getDelta();
+  for (auto record : delta.getRecords()) {
+    MemberInfo info = FromProto(record);
+    records_[info.id] = std::move(info);
+  }
+  MembershipUpdate result = EventFromProto(update);
+  auto named = [this](capnp::List<uint64_t>::Reader ids, std::vector<MemberInfo>* members) {
+    members->reserve(ids.size());
+    for (uint64_t id : ids) {
+      auto it = records_.find(id);
+      if (it == records_.end()) {
+        throw std::runtime_error("membership delta names member " + std::to_string(id) +
+                                 ", of which no record was received");
+      }
+      members->push_back(it->second);
+    }
+  };
+  named(delta.getViewIds(), &result.view.members);
+  named(delta.getPendingIds(), &result.pending);
+  KeepOnly(result);
+  return result;
+}
+
+void MemberRecords::KeepOnly(const MembershipUpdate& update) {
+  const size_t named = update.view.members.size() + update.pending.size();
+  // Every id named has a record here and no id is named twice: equal sizes
+  // mean nothing else is held, the usual case, checked in O(1).
+  if (records_.size() == named) return;
+  std::unordered_map<uint64_t, MemberInfo> kept;
+  kept.reserve(named);
+  for (const auto* members : {&update.view.members, &update.pending}) {
+    for (const MemberInfo& member : *members) {
+      auto it = records_.find(member.id);
+      kept.emplace(member.id, it != records_.end() ? std::move(it->second) : member);
+    }
+  }
+  records_ = std::move(kept);
 }
 
 std::string EncodeMembershipUpdate(const MembershipUpdate& update) {

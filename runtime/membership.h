@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/protocol.capnp.h"
@@ -67,7 +69,33 @@ Endpoint FromProto(proto::Endpoint::Reader endpoint);
 void ToProto(const Endpoint& endpoint, proto::Endpoint::Builder builder);
 MemberInfo FromProto(proto::Member::Reader member);
 void ToProto(const MemberInfo& member, proto::Member::Builder builder);
+// A whole update (every record in it). FromProto throws std::runtime_error
+// for a delta, which only a MemberRecords can read.
 MembershipUpdate FromProto(proto::MembershipUpdate::Reader update);
 void ToProto(const MembershipUpdate& update, proto::MembershipUpdate::Builder builder);
+// update as a MembershipDelta: view and pending members as ids, and the
+// records of those for which changed(record) is true, i.e. those a receiver
+// that holds the previous update's records may lack.
+void ToProtoDelta(const MembershipUpdate& update,
+                  const std::function<bool(const MemberInfo&)>& changed,
+                  proto::MembershipUpdate::Builder builder);
+
+// The member records a subscriber was sent, to read the updates that follow
+// its snapshot (deltas). Not thread-safe: a client reads its connection's
+// updates in order on one thread.
+class MemberRecords {
+ public:
+  // A whole update replaces what is held. A delta's records are added, then
+  // its ids named with what is held. Either way only the records of the
+  // update's members are kept. Throws std::runtime_error naming an id the
+  // delta names without a record held (the head and this stream disagree).
+  MembershipUpdate Read(proto::MembershipUpdate::Reader update);
+  size_t size() const { return records_.size(); }
+
+ private:
+  void KeepOnly(const MembershipUpdate& update);
+
+  std::unordered_map<uint64_t, MemberInfo> records_;
+};
 
 }  // namespace elastic::runtime

@@ -87,6 +87,13 @@ struct KvWaitAll {
   # empty. A member that needs one slot of every peer's value (its own port
   # among a peer's n) reads O(1) bytes per peer, not O(n).
   ranges @2 :List(ByteRange);
+  # More keys, after `keys`: keyPrefix + "0" .. keyPrefix + (keyCount - 1) in
+  # decimal. A rendezvous names its n members' keys in O(1) bytes.
+  keyPrefix @3 :Text;
+  keyCount @4 :UInt32;
+  # Set before the wait, as a KvPut would be (KeyValueStore::AllGather): a
+  # member's own key and its wait for everyone's in one request.
+  put @5 :KvPut;
 }
 
 # The answer to KvWaitAll: at the deadline too, then naming what is missing.
@@ -162,6 +169,20 @@ struct MembershipUpdate {
   view @0 :MembershipView;     # the view current after the event
   event @1 :MembershipEvent;
   pending @2 :List(Member);    # registered live members not in the view
+  # Set on the updates a subscriber is sent after its snapshot, in place of
+  # the members of view and pending, which are then empty.
+  delta @3 :MembershipDelta;
+}
+
+# The members of an update's view and pending list as ids, with the whole
+# record only of those whose record changed (or is new) since the head's
+# previous update; the receiver has the others from its snapshot and the
+# updates since. A change then costs each of n subscribers 8 bytes per member
+# instead of a whole record (~80 bytes) per member.
+struct MembershipDelta {
+  viewIds @0 :List(UInt64);
+  pendingIds @1 :List(UInt64);
+  records @2 :List(Member);
 }
 
 struct PublishView {

@@ -34,20 +34,41 @@ std::string SupersededStore::Wait(const std::string& key, std::chrono::milliseco
 std::vector<std::string> SupersededStore::WaitAll(const std::vector<std::string>& keys,
                                                   std::chrono::milliseconds timeout,
                                                   const std::vector<runtime::ByteRange>& ranges) {
+  return InSlices(
+      [&](std::chrono::milliseconds slice) { return inner_.WaitAll(keys, slice, ranges); },
+      [&] { return keys; }, timeout);
+}
+
+std::vector<std::string> SupersededStore::AllGather(const std::string& prefix, size_t rank,
+                                                    size_t count, const std::string& value,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::vector<runtime::ByteRange>& ranges) {
+  return InSlices(
+      [&](std::chrono::milliseconds slice) {
+        return inner_.AllGather(prefix, rank, count, value, slice, ranges);
+      },
+      [&] { return runtime::IndexedKeys(prefix, count); }, timeout);
+}
+
+std::vector<std::string> SupersededStore::InSlices(
+    const std::function<std::vector<std::string>(std::chrono::milliseconds)>& wait,
+    const std::function<std::vector<std::string>()>& keys_of, std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + timeout;
   while (true) {
-    ThrowIfSuperseded(keys.empty() ? std::string("no key") : keys.front() + " and the rest");
+    if (superseded_()) {
+      const std::vector<std::string> keys = keys_of();
+      ThrowIfSuperseded(keys.empty() ? std::string("no key") : keys.front() + " and the rest");
+    }
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    const auto wait = std::clamp(left, std::chrono::milliseconds(1), slice_);
     try {
-      return inner_.WaitAll(keys, wait, ranges);
+      return wait(std::clamp(left, std::chrono::milliseconds(1), slice_));
     } catch (const runtime::MissingKeysError& e) {
       // Named with the whole timeout, not the slice's.
       if (Clock::now() >= deadline)
-        throw runtime::MissingKeysError(runtime::DescribeMissingKeys(keys, e.missing(), timeout),
-                                        e.missing());
+        throw runtime::MissingKeysError(
+            runtime::DescribeMissingKeys(keys_of(), e.missing(), timeout), e.missing());
     }
   }
 }

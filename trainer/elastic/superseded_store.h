@@ -43,6 +43,11 @@ class SupersededStore : public runtime::KeyValueStore {
   std::vector<std::string> WaitAll(const std::vector<std::string>& keys,
                                    std::chrono::milliseconds timeout,
                                    const std::vector<runtime::ByteRange>& ranges) override;
+  // The inner store's AllGather in slices, its put repeated with each (the
+  // same value: harmless), and the same errors as WaitAll.
+  std::vector<std::string> AllGather(const std::string& prefix, size_t rank, size_t count,
+                                     const std::string& value, std::chrono::milliseconds timeout,
+                                     const std::vector<runtime::ByteRange>& ranges) override;
 
   // Whether the generation is superseded now (the backend may have wrapped
   // RendezvousSuperseded into its own error).
@@ -50,6 +55,12 @@ class SupersededStore : public runtime::KeyValueStore {
 
  private:
   void ThrowIfSuperseded(const std::string& key) const;
+  // Runs wait(slice) until it returns, `timeout` passes (then its last
+  // MissingKeysError, named with the whole timeout) or the generation is
+  // superseded; `keys_of` names the keys waited for.
+  std::vector<std::string> InSlices(
+      const std::function<std::vector<std::string>(std::chrono::milliseconds)>& wait,
+      const std::function<std::vector<std::string>()>& keys_of, std::chrono::milliseconds timeout);
 
   runtime::KeyValueStore& inner_;
   const std::function<bool()> superseded_;

@@ -127,6 +127,38 @@ TEST(SupersededStoreTest, WaitAllReturnsWhatComesAndStopsForANewerGeneration) {
   publisher.join();
 }
 
+// AllGather likewise: its put is made at once, the wait goes on in slices
+// (the put repeated, harmlessly) and ends at a newer generation.
+TEST(SupersededStoreTest, AllGatherPutsAtOnceWaitsInSlicesAndStopsForANewerGeneration) {
+  MemoryStore inner;
+  std::atomic<bool> newer{false};
+  SupersededStore store(
+      inner, [&] { return newer.load(); }, milliseconds(10));
+  std::thread peer([&] {
+    EXPECT_EQ(inner.Wait("g3/m/0", milliseconds(10000)), "zero");
+    std::this_thread::sleep_for(milliseconds(50));
+    inner.Put("g3/m/1", "one");
+  });
+  EXPECT_EQ(store.AllGather("g3/m/", 0, 2, "zero", milliseconds(10000), {}),
+            (std::vector<std::string>{"zero", "one"}));
+  peer.join();
+  try {
+    store.AllGather("g4/m/", 0, 3, "zero", milliseconds(50), {});
+    FAIL() << "returned";
+  } catch (const runtime::MissingKeysError& e) {
+    EXPECT_EQ(e.missing(), (std::vector<size_t>{1, 2}));
+    EXPECT_NE(std::string(e.what()).find("within 50 ms"), std::string::npos) << e.what();
+  }
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    newer.store(true);
+  });
+  EXPECT_THROW(store.AllGather("g5/m/", 1, 2, "one", std::chrono::hours(1), {}),
+               RendezvousSuperseded);
+  publisher.join();
+  EXPECT_EQ(inner.Get("g5/m/1"), "one");
+}
+
 TEST(SupersededStoreTest, AlreadySupersededDoesNotWaitAtAll) {
   MemoryStore inner;
   inner.Put("k", "v");
