@@ -130,12 +130,16 @@ struct Member {
   std::atomic<int64_t> view_at_ns{0};        // when it was seen
   std::atomic<uint64_t> view_size{0};
 
-  // Hands the newest view to the rendezvous thread.
+  // Hands the newest view's generation and this member's place in it to the
+  // rendezvous thread (not the view: copying it would add the benchmark's
+  // own O(M) per member to what is measured).
   std::mutex mutex;
   std::condition_variable wake;
-  MembershipView view;  // guarded by mutex
-  bool stop = false;    // guarded by mutex
-  std::string error;    // guarded by mutex: why the last rendezvous failed
+  uint64_t generation = 0;  // guarded by mutex, with rank and size
+  int rank = -1;
+  int size = 0;
+  bool stop = false;  // guarded by mutex
+  std::string error;  // guarded by mutex: why the last rendezvous failed
 
   // Written by the rendezvous thread.
   std::atomic<uint64_t> rendezvous_generation{0};  // newest generation handled
@@ -152,7 +156,9 @@ void OnUpdate(Member* member, const MembershipUpdate& update) {
   if (generation <= member->view_generation.load(std::memory_order_relaxed)) return;
   {
     std::lock_guard<std::mutex> lock(member->mutex);
-    member->view = update.view;
+    member->generation = generation;
+    member->rank = update.view.RankOf(member->id.load());
+    member->size = static_cast<int>(update.view.members.size());
   }
   member->view_at_ns.store(now, std::memory_order_relaxed);
   member->view_size.store(update.view.members.size(), std::memory_order_relaxed);
@@ -250,30 +256,31 @@ uint64_t MinimalRendezvous(HeadClient& kv, uint64_t generation, int rank, int si
 void RendezvousLoop(Member* member, const Flags& flags, const std::string& hostname) {
   uint64_t handled = 0;
   for (;;) {
-    MembershipView view;
+    uint64_t generation = 0;
+    int rank = -1, size = 0;
     {
       std::unique_lock<std::mutex> lock(member->mutex);
-      member->wake.wait(lock, [&] { return member->stop || member->view.generation > handled; });
+      member->wake.wait(lock, [&] { return member->stop || member->generation > handled; });
       if (member->stop) return;
-      view = member->view;
+      generation = member->generation;
+      rank = member->rank;
+      size = member->size;
     }
-    handled = view.generation;
-    const int rank = view.RankOf(member->id.load());
+    handled = generation;
     if (rank < 0 || flags.rendezvous == RendezvousMode::kNone) continue;
-    const int size = static_cast<int>(view.members.size());
     const auto deadline = Clock::now() + flags.timeout;
     try {
       uint64_t received = 0;
       switch (flags.rendezvous) {
         case RendezvousMode::kGloo:
-          received = GlooRendezvous(*member->client, view.generation, rank, size, deadline);
+          received = GlooRendezvous(*member->client, generation, rank, size, deadline);
           break;
         case RendezvousMode::kGlooFullMesh:
-          received = GlooFullMeshRendezvous(*member->client, view.generation, rank, size, hostname,
-                                            deadline);
+          received =
+              GlooFullMeshRendezvous(*member->client, generation, rank, size, hostname, deadline);
           break;
         case RendezvousMode::kMinimal:
-          received = MinimalRendezvous(*member->client, view.generation, rank, size, deadline);
+          received = MinimalRendezvous(*member->client, generation, rank, size, deadline);
           break;
         case RendezvousMode::kNone:
           break;
@@ -288,8 +295,38 @@ void RendezvousLoop(Member* member, const Flags& flags, const std::string& hostn
       }
       member->rendezvous_failed.store(true, std::memory_order_relaxed);
     }
-    member->rendezvous_generation.store(view.generation, std::memory_order_release);
+    member->rendezvous_generation.store(generation, std::memory_order_release);
   }
+}
+
+// CPU seconds used so far by this process's threads named `name` (the head's
+// loop thread is "head"), from /proc/self/task/*/stat; 0 when unreadable.
+double ThreadCpuSeconds(const std::string& name) {
+  double seconds = 0;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return 0;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  while (const dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + task->d_name;
+    std::ifstream comm_file(dir + "/comm");
+    std::string comm;
+    if (!std::getline(comm_file, comm) || comm != name) continue;
+    std::ifstream stat_file(dir + "/stat");
+    std::string stat;
+    if (!std::getline(stat_file, stat) || stat.rfind(')') == std::string::npos) continue;
+    // After "pid (comm) ": state is field 3; utime and stime are fields 14, 15.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i == 14) utime = std::stod(field);
+      if (i == 15) stime = std::stod(field);
+    }
+    seconds += (utime + stime) / ticks;
+  }
+  closedir(tasks);
+  return seconds;
 }
 
 void StopThread(Member* member) {
@@ -364,6 +401,7 @@ struct Round {
   double rendezvous_ms = 0;
   uint64_t head_messages = 0;  // envelopes the head received during the round
   uint64_t reply_bytes = 0;    // bytes of values the rendezvous replies carried, all members
+  double head_cpu_ms = 0;      // CPU time of the head's loop thread during the round
 };
 
 struct WorldResult {
@@ -537,6 +575,7 @@ class World {
   // then to finish its rendezvous; fills the round's times.
   bool Measure(int64_t start_ns, uint64_t generation, uint64_t messages_before,
                const std::string& what, Round* round) {
+    const double head_cpu_before = ThreadCpuSeconds("head");
     int64_t latest = 0;
     size_t arrived = 0;
     if (!WaitAll(view_, generation, &Member::view_generation, &Member::view_at_ns,
@@ -566,6 +605,7 @@ class World {
       for (Member* member : view_) round->reply_bytes += member->rendezvous_bytes.load();
     }
     round->head_messages = head_->stats().messages_received - messages_before;
+    round->head_cpu_ms = 1000 * (ThreadCpuSeconds("head") - head_cpu_before);
     return true;
   }
 
@@ -646,8 +686,10 @@ std::vector<int> ParseList(const std::string& text) {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
-  // The trainer's default --heartbeat-timeout (3 s), not the runtime's 1 s.
+  // The trainer's default --heartbeat-timeout (3 s), not the runtime's 1 s,
+  // and its heartbeat interval, a tenth of it (trainer/elastic/driver.cc).
   flags.transport.heartbeat_timeout = std::chrono::milliseconds(3000);
+  flags.transport.heartbeat_interval = std::chrono::milliseconds(300);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (elastic::runtime::ParseTransportFlag(arg, &flags.transport)) continue;
@@ -680,7 +722,7 @@ Flags ParseFlags(int argc, char** argv) {
           "                                one it made with Gloo's connectFullMesh before)\n"
           "  --timeout-s=120               deadline of each phase of a round\n"
           "  --seed=1                      which members fail\n"
-          "transport (default --heartbeat-timeout-ms=3000, the trainer's):\n%s",
+          "transport (default --heartbeat-ms=300 --heartbeat-timeout-ms=3000, the trainer's):\n%s",
           elastic::runtime::TransportFlagsHelp().c_str());
       std::exit(0);
     } else {
@@ -757,21 +799,23 @@ int main(int argc, char** argv) {
 
   std::printf(
       "| members | rounds ok | view p50 (ms) | view p99 (ms) | view+rendezvous p50 (ms) | "
-      "view+rendezvous p99 (ms) | head requests per change | reply bytes per change | setup (s) "
-      "| threads | fds |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "view+rendezvous p99 (ms) | head requests per change | reply bytes per change | head CPU "
+      "per change (ms) | setup (s) | threads | fds |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   const bool with_rendezvous = flags.rendezvous != RendezvousMode::kNone;
   // Per world size that ran rounds: M, requests and bytes per change, for the fits.
   std::vector<double> sizes, requests, bytes;
   for (const WorldResult& result : results) {
     if (result.rounds.empty()) {
-      std::printf("| %d | 0/%d | - | - | - | - | - | - | - | - | - |\n", result.members,
+      std::printf("| %d | 0/%d | - | - | - | - | - | - | - | - | - | - |\n", result.members,
                   flags.rounds);
       continue;
     }
     std::vector<double> view, rendezvous;
     uint64_t messages = 0, reply_bytes = 0;
+    double head_cpu_ms = 0;
     for (const Round& round : result.rounds) {
+      head_cpu_ms += round.head_cpu_ms;
       view.push_back(round.view_ms);
       rendezvous.push_back(round.rendezvous_ms);
       messages += round.head_messages;
@@ -783,12 +827,12 @@ int main(int argc, char** argv) {
       std::snprintf(rdv50, sizeof(rdv50), "%.1f", Percentile(rendezvous, 0.50));
       std::snprintf(rdv99, sizeof(rdv99), "%.1f", Percentile(rendezvous, 0.99));
     }
-    std::printf("| %d | %zu/%d | %.2f | %.2f | %s | %s | %llu | %llu | %.1f | %ld | %ld |\n",
-                result.members, result.rounds.size(), flags.rounds, Percentile(view, 0.50),
-                Percentile(view, 0.99), rdv50, rdv99,
-                static_cast<unsigned long long>(messages / rounds),
-                static_cast<unsigned long long>(reply_bytes / rounds), result.setup_s,
-                result.threads, result.fds);
+    std::printf(
+        "| %d | %zu/%d | %.2f | %.2f | %s | %s | %llu | %llu | %.0f | %.1f | %ld | %ld |\n",
+        result.members, result.rounds.size(), flags.rounds, Percentile(view, 0.50),
+        Percentile(view, 0.99), rdv50, rdv99, static_cast<unsigned long long>(messages / rounds),
+        static_cast<unsigned long long>(reply_bytes / rounds),
+        head_cpu_ms / static_cast<double>(rounds), result.setup_s, result.threads, result.fds);
     sizes.push_back(result.members);
     requests.push_back(static_cast<double>(messages) / static_cast<double>(rounds));
     bytes.push_back(static_cast<double>(reply_bytes) / static_cast<double>(rounds));
@@ -802,7 +846,9 @@ int main(int argc, char** argv) {
       "-> every member has every peer's address; head requests: envelopes the head received from "
       "the change to the end of the rendezvous (heartbeats excluded; a failure round's own close "
       "and a join round's publish are not requests); reply bytes: bytes of values in the "
-      "rendezvous replies, all members; p99 over %d rounds is the nearest rank\n",
+      "rendezvous replies, all members; head CPU: CPU time of the head's one loop thread from the "
+      "change to the end of the rendezvous (heartbeats included), mean over rounds; p99 over %d "
+      "rounds is the nearest rank\n",
       flags.rounds);
   if (with_rendezvous && sizes.size() >= 2) {
     std::printf(

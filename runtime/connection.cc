@@ -376,17 +376,26 @@ void Connection::Tick() {
         " ms (heartbeat timeout " + std::to_string(options_.heartbeat_timeout.count()) + " ms)");
     return;
   }
-  capnp::MallocMessageBuilder message;
-  message.initRoot<proto::Envelope>().initHeartbeat().setSentAtMicros(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count()));
-  Enqueue(message, false);
+  // Half an interval: the peer then never waits more than 1.5 intervals for
+  // a frame, under the 2 at which it would count a heartbeat missed.
+  if (!SentWithin(options_.heartbeat_interval / 2)) {
+    capnp::MallocMessageBuilder message;
+    message.initRoot<proto::Envelope>().initHeartbeat().setSentAtMicros(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count()));
+    Enqueue(message, false);
+  }
   auto self = shared_from_this();
   tick_timer_.expires_after(options_.heartbeat_interval);
   tick_timer_.async_wait([self](const asio::error_code& ec) {
     if (!ec) self->Tick();
   });
+}
+
+bool Connection::SentWithin(std::chrono::steady_clock::duration interval) const {
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  return std::chrono::steady_clock::now() - last_queued_ < interval;
 }
 
 void Connection::ReportMissedHeartbeats(std::chrono::steady_clock::duration silent,
@@ -412,6 +421,7 @@ bool Connection::Enqueue(capnp::MessageBuilder& message, bool bounded) {
     PushLocked(std::move(frame));
     return true;
   }
+  last_queued_ = std::chrono::steady_clock::now();
   // Only bytes still waiting count: a large frame being written does not
   // stop small ones (heartbeats, replies) from queuing behind it.
   auto has_room = [&] {

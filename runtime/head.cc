@@ -448,11 +448,7 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
     Refuse(connection, request_id, refusal);
     return;
   }
-  auto keys = std::make_shared<std::vector<std::string>>();
-  keys->reserve(key_count);
-  for (auto key : keys_reader) keys->push_back(key.cStr());
-  const std::string prefix = wait.getKeyPrefix().cStr();
-  for (uint32_t i = 0; i < wait.getKeyCount(); ++i) keys->push_back(IndexedKey(prefix, i));
+  const KvTable::KeyList keys = KeysOf(wait);
   auto ranges = std::make_shared<std::vector<ByteRange>>();
   for (auto range : ranges_reader) {
     ranges->push_back(
@@ -475,11 +471,11 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
   auto timer = std::make_shared<asio::steady_timer>(loop_.context());
   uint64_t ticket = 0;
   try {
-    ticket = kv_.WaitForAll(*keys, [this, connection, request_id, serial, timer, keys, ranges] {
+    ticket = kv_.WaitForAll(keys, [this, connection, request_id, serial, timer, keys, ranges] {
       timer->cancel();
       auto it = sessions_.find(connection.get());
       if (it != sessions_.end()) it->second->waits.erase(serial);
-      ReplyValues(connection, request_id, *keys, *ranges);
+      ReplyValues(connection, request_id, keys, *ranges);
     });
   } catch (const LimitExceededError& e) {
     Refuse(connection, request_id, e.what());
@@ -498,22 +494,57 @@ void Head::HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitA
         kv_.CancelWaitAll(wait_it->second.ticket);
         it->second->waits.erase(wait_it);
         // The keys that are there still travel: the caller can tell who came.
-        ReplyValues(connection, request_id, *keys, *ranges);
+        ReplyValues(connection, request_id, keys, *ranges);
       });
 }
 
+KvTable::KeyList Head::KeysOf(proto::KvWaitAll::Reader wait) {
+  const std::string prefix = wait.getKeyPrefix().cStr();
+  const uint32_t count = wait.getKeyCount();
+  const bool all_gather = wait.getKeys().size() == 0 && count > 0;
+  if (all_gather) {
+    auto cached = indexed_keys_.find({prefix, count});
+    if (cached != indexed_keys_.end()) {
+      if (KvTable::KeyList keys = cached->second.lock()) return keys;
+    }
+  }
+  auto keys = std::make_shared<std::vector<std::string>>();
+  keys->reserve(wait.getKeys().size() + count);
+  for (auto key : wait.getKeys()) keys->push_back(key.cStr());
+  for (uint32_t i = 0; i < count; ++i) keys->push_back(IndexedKey(prefix, i));
+  if (all_gather) {
+    // Lists nobody waits for any more go first: the map stays as small as
+    // the number of all-gathers under way.
+    for (auto it = indexed_keys_.begin(); it != indexed_keys_.end();) {
+      it = it->second.expired() ? indexed_keys_.erase(it) : std::next(it);
+    }
+    indexed_keys_[{prefix, count}] = keys;
+  }
+  return keys;
+}
+
+const std::vector<const std::string*>& Head::Resolve(const KvTable::KeyList& keys) {
+  if (resolved_.keys != keys || resolved_.version != kv_.version()) {
+    resolved_.keys = keys;
+    resolved_.version = kv_.version();
+    resolved_.found.resize(keys->size());
+    for (size_t i = 0; i < keys->size(); ++i) resolved_.found[i] = kv_.Find((*keys)[i]);
+  }
+  return resolved_.found;
+}
+
 void Head::ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
-                       const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges) {
+                       const KvTable::KeyList& key_list, const std::vector<ByteRange>& ranges) {
   // The values are found once and copied straight into the reply, range by
   // range: when the last key of a rendezvous arrives, n replies of n values
   // each are built at once, and a string per value would be n^2 allocations.
-  std::vector<const std::string*> found(keys.size());
+  const std::vector<std::string>& keys = *key_list;
+  const std::vector<const std::string*>& found = Resolve(key_list);
   std::vector<size_t> missing;  // now, whatever the caller saw: a key can also have gone
   // What the frame will hold: each value padded to a word plus its pointer,
   // the missing indices, and the envelope around them.
   size_t frame_bytes = 1024 + 8 * keys.size();
   for (size_t i = 0; i < keys.size(); ++i) {
-    found[i] = kv_.Find(keys[i]);
     if (found[i] == nullptr) {
       missing.push_back(i);
       frame_bytes += 4;

@@ -147,10 +147,16 @@ class Head {
   void HandleKvGet(Session& session, uint64_t request_id, proto::KvGet::Reader get);
   void HandleKvWait(Session& session, uint64_t request_id, proto::KvWait::Reader wait);
   void HandleKvWaitAll(Session& session, uint64_t request_id, proto::KvWaitAll::Reader wait);
+  // The keys a KvWaitAll names. Those of an all-gather (prefix and count
+  // only) are one list for all the requests that name them while any waits.
+  KvTable::KeyList KeysOf(proto::KvWaitAll::Reader wait);
+  // kv_.Find of each of keys, found again only when the table or the list
+  // changed: the n replies a rendezvous releases at once share one lookup.
+  const std::vector<const std::string*>& Resolve(const KvTable::KeyList& keys);
   // Answers a KvWaitAll with the values of keys cut to ranges, naming those
   // not set now; refuses an answer that would not fit a frame.
   void ReplyValues(const ConnectionPtr& connection, uint64_t request_id,
-                   const std::vector<std::string>& keys, const std::vector<ByteRange>& ranges);
+                   const KvTable::KeyList& keys, const std::vector<ByteRange>& ranges);
   void HandleRegisterNode(Session& session, uint64_t request_id,
                           proto::RegisterNode::Reader request);
   void HandleLeave(Session& session, uint64_t request_id);
@@ -219,6 +225,13 @@ class Head {
   std::map<std::pair<uint64_t, int32_t>, uint64_t> member_by_pid_;
   std::vector<uint64_t> view_;
   uint64_t generation_ = 0;
+  std::map<std::pair<std::string, uint32_t>, std::weak_ptr<const std::vector<std::string>>>
+      indexed_keys_;  // KeysOf's lists of all-gathers under way, by (prefix, count)
+  struct Resolved {
+    KvTable::KeyList keys;
+    uint64_t version = 0;
+    std::vector<const std::string*> found;
+  } resolved_;  // Resolve's last answer
   // Changes to member records so far, and how many the last broadcast
   // update included (see Member::changed_at).
   uint64_t record_changes_ = 0;

@@ -40,6 +40,7 @@ void KvTable::Put(const std::string& key, const std::string& value) {
                     " (max_total_bytes)");
   }
   total_bytes_ = after;
+  ++version_;
   if (is_new) {
     values_.emplace(key, value);
     if (const auto generation = GenerationOfKey(key)) keys_by_generation_[*generation].insert(key);
@@ -70,6 +71,7 @@ bool KvTable::Erase(const std::string& key) {
   if (it == values_.end()) return false;
   total_bytes_ -= key.size() + it->second.size();
   values_.erase(it);
+  ++version_;
   if (const auto generation = GenerationOfKey(key)) {
     auto keys = keys_by_generation_.find(*generation);
     if (keys != keys_by_generation_.end()) {
@@ -92,6 +94,7 @@ size_t KvTable::EraseGenerationsBefore(uint64_t generation) {
     }
   }
   keys_by_generation_.erase(keys_by_generation_.begin(), end);
+  if (erased > 0) ++version_;
   return erased;
 }
 
@@ -115,54 +118,76 @@ bool KvTable::CancelWait(const std::string& key, uint64_t ticket) {
 }
 
 uint64_t KvTable::WaitForAll(std::vector<std::string> keys, std::function<void()> ready) {
-  if (keys.size() > limits_.max_keys_per_wait) {
-    throw LimitExceededError(what_ + " refused a wait for " + std::to_string(keys.size()) +
+  return WaitForAll(std::make_shared<const std::vector<std::string>>(std::move(keys)),
+                    std::move(ready));
+}
+
+uint64_t KvTable::WaitForAll(KeyList keys, std::function<void()> ready) {
+  if (keys->size() > limits_.max_keys_per_wait) {
+    throw LimitExceededError(what_ + " refused a wait for " + std::to_string(keys->size()) +
                              " keys: over the limit of " +
                              std::to_string(limits_.max_keys_per_wait) + " (max_keys_per_wait)");
   }
-  for (const std::string& key : keys) CheckKey(key);
-  std::vector<size_t> missing = Missing(keys);
+  auto shared = multi_waits_.find(keys.get());
+  if (shared != multi_waits_.end()) {
+    // Checked, looked up and still incomplete: only the ready is new.
+    const uint64_t ticket = next_ticket_++;
+    shared->second.ready.emplace(ticket, std::move(ready));
+    multi_wait_of_ticket_.emplace(ticket, keys.get());
+    return ticket;
+  }
+  for (const std::string& key : *keys) CheckKey(key);
+  std::vector<size_t> missing = Missing(*keys);
   if (missing.empty()) {
     ready();
     return 0;
   }
   const uint64_t ticket = next_ticket_++;
-  MultiWait& wait = multi_waits_[ticket];
+  const std::vector<std::string>* list = keys.get();
+  MultiWait& wait = multi_waits_[list];
   wait.keys = std::move(keys);
   wait.missing = std::move(missing);
-  wait.ready = std::move(ready);
-  Advance(ticket);
+  wait.ready.emplace(ticket, std::move(ready));
+  multi_wait_of_ticket_.emplace(ticket, list);
+  Advance(list);
   return ticket;
 }
 
-void KvTable::Advance(uint64_t ticket) {
-  auto it = multi_waits_.find(ticket);
+void KvTable::Advance(const std::vector<std::string>* keys) {
+  auto it = multi_waits_.find(keys);
   if (it == multi_waits_.end()) return;
   MultiWait& wait = it->second;
   wait.key_ticket = 0;
   std::vector<size_t> still;
   for (size_t index : wait.missing) {
-    if (values_.count(wait.keys[index]) == 0) still.push_back(index);
+    if (values_.count((*wait.keys)[index]) == 0) still.push_back(index);
   }
   wait.missing = std::move(still);
   if (wait.missing.empty()) {
-    std::function<void()> ready = std::move(wait.ready);
+    std::map<uint64_t, std::function<void()>> ready = std::move(wait.ready);
     multi_waits_.erase(it);
-    ready();
+    for (const auto& [ticket, run] : ready) multi_wait_of_ticket_.erase(ticket);
+    for (auto& [ticket, run] : ready) run();
     return;
   }
   std::uniform_int_distribution<size_t> pick(0, wait.missing.size() - 1);
-  wait.waiting_on = wait.keys[wait.missing[pick(random_)]];
+  wait.waiting_on = (*wait.keys)[wait.missing[pick(random_)]];
   // The key is unset (checked just above), so this registers and never runs now.
-  wait.key_ticket =
-      WaitFor(wait.waiting_on, [this, ticket](const std::string&) { Advance(ticket); });
+  wait.key_ticket = WaitFor(wait.waiting_on, [this, keys](const std::string&) { Advance(keys); });
 }
 
 bool KvTable::CancelWaitAll(uint64_t ticket) {
-  auto it = multi_waits_.find(ticket);
+  auto of = multi_wait_of_ticket_.find(ticket);
+  if (of == multi_wait_of_ticket_.end()) return false;
+  auto it = multi_waits_.find(of->second);
+  multi_wait_of_ticket_.erase(of);
   if (it == multi_waits_.end()) return false;
-  if (it->second.key_ticket != 0) CancelWait(it->second.waiting_on, it->second.key_ticket);
-  multi_waits_.erase(it);
+  MultiWait& wait = it->second;
+  wait.ready.erase(ticket);
+  if (wait.ready.empty()) {
+    if (wait.key_ticket != 0) CancelWait(wait.waiting_on, wait.key_ticket);
+    multi_waits_.erase(it);
+  }
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -39,6 +40,7 @@ struct KvLimits {
 class KvTable {
  public:
   using Waiter = std::function<void(const std::string& value)>;
+  using KeyList = std::shared_ptr<const std::vector<std::string>>;
 
   // `what` names the table and its limits in refusals ("key-value store").
   explicit KvTable(KvLimits limits = {}, std::string what = "key-value store");
@@ -71,6 +73,12 @@ class KvTable {
   // returns 0), otherwise on the Put that sets the last of them (returns a
   // ticket for CancelWaitAll). Throws LimitExceededError for more keys than
   // max_keys_per_wait or a key over max_key_bytes (nothing is registered).
+  //
+  // Waits given the same list object share one watch: the n members of a
+  // rendezvous wait for the same n keys, and the table looks each key up
+  // O(1) times for all of them instead of O(n) times. Their readies run in
+  // the order they came.
+  uint64_t WaitForAll(KeyList keys, std::function<void()> ready);
   uint64_t WaitForAll(std::vector<std::string> keys, std::function<void()> ready);
   // Forgets a WaitForAll that has not run. False if it ran.
   bool CancelWaitAll(uint64_t ticket);
@@ -78,30 +86,33 @@ class KvTable {
   std::vector<size_t> Missing(const std::vector<std::string>& keys) const;
 
   size_t size() const { return values_.size(); }
+  // Changes with every Put and erase: a pointer from Find is still valid
+  // while the version is the same.
+  uint64_t version() const { return version_; }
   // Bytes of every key and value held.
   size_t total_bytes() const { return total_bytes_; }
   size_t waiter_count() const;
   const KvLimits& limits() const { return limits_; }
 
  private:
-  // One WaitForAll. It holds a waiter on one of its missing keys at a time,
-  // chosen at random: a waiter per key would cost n waiters per request (n^2
-  // per rendezvous of n members), and always the first missing key would wake
-  // it once per key when the keys arrive in the order it names them. A random
-  // missing key arrives, in expectation, halfway through the rest, so a
-  // request wakes O(log n) times whatever the order.
+  // The waits for one list of keys. It holds a waiter on one of its missing
+  // keys at a time, chosen at random: a waiter per key would cost n waiters
+  // per list, and always the first missing key would wake it once per key
+  // when the keys arrive in the order it names them. A random missing key
+  // arrives, in expectation, halfway through the rest, so a watch wakes
+  // O(log n) times whatever the order.
   struct MultiWait {
-    std::vector<std::string> keys;
-    std::vector<size_t> missing;  // indices unset at the last look
-    std::function<void()> ready;
-    std::string waiting_on;  // the key whose waiter is registered
+    KeyList keys;
+    std::vector<size_t> missing;                      // indices unset at the last look
+    std::map<uint64_t, std::function<void()>> ready;  // by ticket: arrival order
+    std::string waiting_on;                           // the key whose waiter is registered
     uint64_t key_ticket = 0;
   };
 
   [[noreturn]] void Refuse(const std::string& key, const std::string& why) const;
-  // Drops the keys of `ticket` that are set now; runs its ready when none is
-  // left, else waits for another missing key.
-  void Advance(uint64_t ticket);
+  // Drops the keys of the watch for `keys` that are set now; runs its
+  // readies when none is left, else waits for another missing key.
+  void Advance(const std::vector<std::string>* keys);
 
   const KvLimits limits_;
   const std::string what_;
@@ -110,7 +121,9 @@ class KvTable {
   std::map<uint64_t, std::set<std::string>> keys_by_generation_;
   std::unordered_map<std::string, std::map<uint64_t, Waiter>> waiters_;
   uint64_t next_ticket_ = 1;
-  std::unordered_map<uint64_t, MultiWait> multi_waits_;
+  uint64_t version_ = 0;
+  std::unordered_map<const std::vector<std::string>*, MultiWait> multi_waits_;
+  std::unordered_map<uint64_t, const std::vector<std::string>*> multi_wait_of_ticket_;
   std::minstd_rand random_{0x6b76};  // which missing key a MultiWait waits on
 };
 

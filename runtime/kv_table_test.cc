@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,63 @@ TEST(KvTableTest, WaitForAllOfPresentKeysRunsAtOnceAndCancelledNeverRuns) {
   table.Put("c", "3");
   table.Put("d", "4");
   EXPECT_FALSE(ran);
+}
+
+// The n waits of a rendezvous name one list: they share one watch (one key
+// waiter in all), run in the order they came, and each can be cancelled alone.
+TEST(KvTableTest, WaitsForTheSameListShareOneWatchAndRunInArrivalOrder) {
+  KvTable table;
+  auto keys = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"g2/r/0", "g2/r/1", "g2/r/2"});
+  std::vector<int> ran;
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < 5; ++i)
+    tickets.push_back(table.WaitForAll(keys, [&, i] { ran.push_back(i); }));
+  EXPECT_EQ(table.waiter_count(), 1u);
+  EXPECT_TRUE(table.CancelWaitAll(tickets[3]));
+  EXPECT_FALSE(table.CancelWaitAll(tickets[3]));
+  table.Put("g2/r/2", "c");
+  table.Put("g2/r/0", "a");
+  EXPECT_TRUE(ran.empty());
+  table.Put("g2/r/1", "b");
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, 4}));
+  EXPECT_EQ(table.waiter_count(), 0u);
+  for (uint64_t ticket : tickets) EXPECT_FALSE(table.CancelWaitAll(ticket));
+  // Once complete, the same list runs at once.
+  bool again = false;
+  EXPECT_EQ(table.WaitForAll(keys, [&] { again = true; }), 0u);
+  EXPECT_TRUE(again);
+  // Cancelling every wait of a list drops its watch.
+  auto other = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"x", "y"});
+  const uint64_t first = table.WaitForAll(other, [] { FAIL() << "cancelled wait ran"; });
+  const uint64_t second = table.WaitForAll(other, [] { FAIL() << "cancelled wait ran"; });
+  EXPECT_TRUE(table.CancelWaitAll(first));
+  EXPECT_EQ(table.waiter_count(), 1u);
+  EXPECT_TRUE(table.CancelWaitAll(second));
+  EXPECT_EQ(table.waiter_count(), 0u);
+  table.Put("x", "1");
+  table.Put("y", "2");
+}
+
+// A version that moves with every change tells a caller when pointers from
+// Find may have gone stale.
+TEST(KvTableTest, TheVersionChangesWithEveryPutAndErase) {
+  KvTable table;
+  const uint64_t start = table.version();
+  table.Put("g1/a", "1");
+  EXPECT_GT(table.version(), start);
+  uint64_t before = table.version();
+  table.Put("g1/a", "2");
+  EXPECT_GT(table.version(), before);
+  before = table.version();
+  EXPECT_FALSE(table.Erase("absent"));
+  EXPECT_EQ(table.version(), before);
+  EXPECT_TRUE(table.Erase("g1/a"));
+  EXPECT_GT(table.version(), before);
+  table.Put("g1/b", "3");
+  before = table.version();
+  EXPECT_EQ(table.EraseGenerationsBefore(2), 1u);
+  EXPECT_GT(table.version(), before);
 }
 
 TEST(KvTableTest, WaitForAllRefusesTooManyKeysOrAnOversizeKey) {
