@@ -29,6 +29,7 @@
 #include "runtime/auth.h"
 #include "runtime/head.h"
 #include "runtime/head_client.h"
+#include "runtime/heartbeat_check.h"
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
 #include "trainer/checkpoint.h"
@@ -776,6 +777,13 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
   config.blacklist_ms = ms(elastic.blacklist_seconds);
   config.resume = train.resume;
   config.fault_give_up_ms = ms(elastic.rendezvous_timeout + elastic.step_timeout);
+  // A stall of the driver is judged as its transport judges one
+  // (runtime/heartbeat_check.h); the workers it costs their session come back
+  // within their --reconnect-timeout or not at all.
+  config.stall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        runtime::StallThreshold(TransportFor(elastic).heartbeat_timeout))
+                        .count();
+  config.stall_grace_ms = ms(elastic.reconnect_timeout);
   return config;
 }
 
