@@ -795,6 +795,7 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
   config.stall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         runtime::StallThreshold(TransportFor(elastic).heartbeat_timeout))
                         .count();
+  config.stall_aftermath_ms = ms(elastic.heartbeat_timeout);
   config.stall_grace_ms = ms(elastic.reconnect_timeout);
   return config;
 }

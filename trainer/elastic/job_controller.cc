@@ -124,7 +124,7 @@ void JobController::OnGone(const event::Gone& e) {
   holders_.erase(e.member);
   // A failure the head reported right after this process stalled may be the
   // stall's doing (the worker saw the head silent): not the node's fault.
-  if (!e.failed || e.member == 0 || InStallGrace()) return;
+  if (!e.failed || e.member == 0 || InStallAftermath()) return;
   const auto it = nodes_.find(e.member);
   if (it == nodes_.end() || it->second == 0) return;
   const uint64_t node = it->second;
@@ -418,8 +418,8 @@ void JobController::Recover() {
 
 void JobController::Run() {
   if (!stopping_.empty()) return;
-  if (waiting_after_stall_ && (!started_ || StateAvailable())) waiting_after_stall_ = false;
-  if (waiting_after_stall_ && !InStallGrace()) {
+  if (lost_in_stall_at_ && StateAvailable()) lost_in_stall_at_.reset();
+  if (lost_in_stall_at_ && now_ - *lost_in_stall_at_ >= config_.stall_grace_ms) {
     return StateLost("every worker was lost while this process stalled, and none came back with " +
                      std::string("its commit within ") + Seconds(config_.stall_grace_ms));
   }
@@ -613,25 +613,22 @@ void JobController::StateLost(const std::string& what_happened) {
 
 void JobController::NoticeStall(bool tick) {
   if (config_.stall_ms > 0 && last_tick_ms_ && now_ - *last_tick_ms_ > config_.stall_ms) {
-    stall_grace_until_ = now_ + config_.stall_grace_ms;
+    stalled_at_ = now_;
     Say("driver: this process stalled: no tick for " + SecondsTenths(now_ - *last_tick_ms_) +
-        " (stopped or starved of CPU); workers it loses now may only have lost the head, so for "
-        "up to " +
-        Seconds(config_.stall_grace_ms) +
-        " their state is not counted as lost while they may come back with it");
+        " (stopped or starved of CPU); workers lost now may only have lost the head meanwhile");
     last_tick_ms_ = now_;  // once per stall, whichever event comes first after it
   }
   if (tick) last_tick_ms_ = now_;
 }
 
 void JobController::StateLostUnlessStalled(const std::string& what_happened) {
-  if (!InStallGrace()) return StateLost(what_happened);
-  if (waiting_after_stall_) return;
-  waiting_after_stall_ = true;
+  if (lost_in_stall_at_) return;  // waiting already
+  if (!InStallAftermath()) return StateLost(what_happened);
+  lost_in_stall_at_ = now_;
   Say("driver: " + what_happened + " right after this process stalled; waiting up to " +
-      Seconds(*stall_grace_until_ - now_) +
-      " for the workers to reconnect with their commits (they saw the head silent, and may only "
-      "have lost it)");
+      Seconds(config_.stall_grace_ms) +
+      " (--reconnect-timeout) for the workers to reconnect with their commits (they saw the head "
+      "silent, and may only have lost it)");
 }
 
 void JobController::Finish(int exit_code) {

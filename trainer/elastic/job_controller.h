@@ -94,8 +94,13 @@ struct ControllerConfig {
   // sessions and come back as new members holding their commits; the head
   // reported them failed, but their state may not be gone (ms; 0: not judged).
   int64_t stall_ms = 0;
-  // How long after such a stall a loss of every source of the state waits for
-  // them before the job's state is declared lost: the workers'
+  // Failures reported this long after such a stall may be its doing: the head
+  // learns at once of sessions dropped during it, and forgives any silence it
+  // saw itself (runtime/heartbeat_check.h), so a later failure is one it judged
+  // while running: the heartbeat timeout (ms). They count against no node.
+  int64_t stall_aftermath_ms = 3000;
+  // A loss of every source of the state in that aftermath waits this long for
+  // the workers to come back before the state is declared lost: their
   // --reconnect-timeout, after which those that did not come back gave up (ms).
   int64_t stall_grace_ms = 60000;
 };
@@ -294,12 +299,14 @@ class JobController {
   // checkpoint, all exit; with nobody left, says what is lost.
   void StopWithCheckpoint(const std::vector<uint64_t>& members, const std::string& why);
   void StateLost(const std::string& what_happened);
-  // A tick gap past config_.stall_ms: opens the grace after a stall.
+  // A tick gap past config_.stall_ms: a stall's aftermath begins.
   void NoticeStall(bool tick);
-  bool InStallGrace() const { return stall_grace_until_ && now_ < *stall_grace_until_; }
+  bool InStallAftermath() const {
+    return stalled_at_ && now_ - *stalled_at_ <= config_.stall_aftermath_ms;
+  }
   // StateLost, unless this process stalled a moment ago: then the holders may
-  // only have lost the head, and the decision waits for them (Run takes it
-  // when the grace ends with no source back).
+  // only have lost the head, and the decision waits up to stall_grace_ms for
+  // them (Run takes it when no source came back).
   void StateLostUnlessStalled(const std::string& what_happened);
   void Finish(int exit_code);
   void Publish(std::vector<uint64_t> members, const std::string& reason);
@@ -346,8 +353,8 @@ class JobController {
   std::optional<int64_t> faulting_since_;  // first fault with no commit since
 
   std::optional<int64_t> last_tick_ms_;
-  std::optional<int64_t> stall_grace_until_;  // workers lost in a stall may come back until then
-  bool waiting_after_stall_ = false;          // a loss of the state waits for the grace
+  std::optional<int64_t> stalled_at_;        // when the last stall was noticed
+  std::optional<int64_t> lost_in_stall_at_;  // every source was lost in its aftermath, then
 
   std::map<uint64_t, int64_t> failures_by_node_;
   std::map<uint64_t, int64_t> blacklisted_until_;

@@ -1000,6 +1000,7 @@ TEST(JobControllerTest, EveryWorkerLostBeforeTheFirstCommitStartsAgainFromTheSee
 // state lost, and the next generation restores the commit they bring back.
 ControllerConfig StallJudged(ControllerConfig config) {
   config.stall_ms = 1500;
+  config.stall_aftermath_ms = 3000;
   config.stall_grace_ms = 60000;
   return config;
 }
@@ -1051,16 +1052,17 @@ TEST(JobControllerTest, WorkersLostInAStallThatDoNotComeBackLoseTheStateAfterThe
   EXPECT_FALSE(Only<action::TellOver>(job.Take()).empty());
 }
 
-// No stall, or one long past: losing every holder is the end of the state at
-// once, as without the grace (EveryWorkerLostThenAJoin).
+// No stall, or one past its aftermath (the heartbeat timeout, after which a
+// failure is one the head judged while running): losing every holder is the
+// end of the state at once, as without the grace (EveryWorkerLostThenAJoin).
 TEST(JobControllerTest, WorkersLostWithoutARecentStallLoseTheStateAtOnce) {
-  for (const bool stalled_long_ago : {false, true}) {
-    SCOPED_TRACE(stalled_long_ago ? "a stall 61 s before" : "no stall");
+  for (const bool stalled_before : {false, true}) {
+    SCOPED_TRACE(stalled_before ? "a stall 4 s before" : "no stall");
     Job job = Started(StallJudged(Config(2)));
     job.Advance(50);
-    if (stalled_long_ago) {
+    if (stalled_before) {
       job.Stall(5000);
-      for (int i = 0; i < 61; ++i) job.Advance(1000);
+      for (int i = 0; i < 4; ++i) job.Advance(1000);
     }
     // Ticks late by up to the threshold are a loaded machine, not a stall.
     job.Advance(1500);
