@@ -98,7 +98,7 @@ void HeadSession::Keep() {
 void HeadSession::Reestablish(Clock::time_point lost_at, const std::string& reason) {
   ELASTIC_LOG(kWarning, "head-session",
               "lost the session with the head at "
-                  << head_ << " (" << reason << "); the head forgot what it registered: "
+                  << head_ << " (" << reason << "); the head drops what was registered through it: "
                   << "connecting again every " << kHeadReconnectInterval.count() << " ms for up to "
                   << options_.reconnect_timeout.count() << " ms to register it again");
   const HeadReconnectWindow window(lost_at, options_.reconnect_timeout);
