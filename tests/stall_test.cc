@@ -67,10 +67,15 @@ TEST(StallTest, DriverStoppedPastTheHeartbeatTimeoutKeepsTheJob) {
 // and trains alone; the stopped process, when it runs again, finds its
 // sessions closed, reconnects as a new member with its commit and is admitted
 // at the next commit. Five epochs: the survivor trains an epoch alone in about
-// 2 s here, and the returning worker must find the job still running.
+// 2 s here, and the returning worker must find the job still running. As in
+// elastic_test's HangRankOneForThreeSeconds, --step-timeout=10 bounds the time
+// the woken process may stay in its old collective before it notices (its
+// collectives time out at 5 s, not 60).
 TEST(StallTest, WorkerStoppedPastTheHeartbeatTimeoutIsFailedAndComesBack) {
   const std::string dir = FreshTempDir("worker-stopped");
-  Process driver(JobArgs(dir, 2, 5), dir + "/driver.log");
+  std::vector<std::string> args = JobArgs(dir, 2, 5);
+  args.push_back("--step-timeout=10");
+  Process driver(args, dir + "/driver.log");
   const pid_t victim = WorkerPid(driver, 1, 1);
   ASSERT_GT(victim, 0) << WithoutProgress(driver.Output());
   ASSERT_TRUE(WaitForStep(driver, 1, 10)) << WithoutProgress(driver.Output());
