@@ -95,9 +95,6 @@ TEST(StallTest, WorkerStoppedPastTheHeartbeatTimeoutIsFailedAndComesBack) {
   EXPECT_TRUE(std::regex_search(
       output, std::regex(tag + "params generation=([3-9]|\\d\\d+) rank=\\d world=2 ")))
       << WithoutProgress(output);
-  // The driver did not stall: it judged the silence, and kept its own sessions.
-  EXPECT_EQ(output.find("driver: this process stalled"), std::string::npos)
-      << WithoutProgress(output);
   EXPECT_NE(output.find("done: 5 epochs"), std::string::npos) << WithoutProgress(output);
   ExpectOneChecksumPerGeneration(output);
   ExpectStepsWithinTheirEpoch(output);
