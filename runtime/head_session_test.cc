@@ -1,6 +1,6 @@
 // HeadSession: a session that registers again what the head forgot when the
 // session was lost (here: the head restarted on the same port), and gives up
-// saying why when the head does not come back; MembersGoneBetween.
+// saying why when the head does not come back.
 #include "runtime/head_session.h"
 
 #include <gtest/gtest.h>
@@ -132,23 +132,6 @@ TEST_F(HeadSessionTest, GivesUpAfterTheReconnectTimeoutAndSaysWhy) {
   EXPECT_NE(failure.find("last attempt: "), std::string::npos) << failure;
   EXPECT_FALSE(session_->established());
   EXPECT_EQ(session_->reestablished(), 0u);
-}
-
-TEST(MembersGoneBetweenTest, LiveMembersMissingAfterwards) {
-  const auto member = [](uint64_t id) {
-    MemberInfo m;
-    m.id = id;
-    return m;
-  };
-  MembershipUpdate before;
-  before.view.members = {member(1), member(2), member(3)};
-  before.pending = {member(4), member(5)};
-  MembershipUpdate after;
-  after.view.members = {member(3), member(4)};  // 4 admitted, 1 and 2 gone
-  after.pending = {member(6)};                  // 5 gone, 6 new
-  EXPECT_EQ(MembersGoneBetween(before, after), (std::vector<uint64_t>{1, 2, 5}));
-  EXPECT_TRUE(MembersGoneBetween(after, after).empty());
-  EXPECT_TRUE(MembersGoneBetween(MembershipUpdate{}, after).empty());
 }
 
 }  // namespace
