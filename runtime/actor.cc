@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/head_client.h"
 #include "runtime/log.h"
@@ -451,6 +452,33 @@ MembershipUpdate ForwardMembershipTo(HeadClient& client, ActorRef actor) {
   return client.Subscribe([actor](const MembershipUpdate& update) {
     actor.Tell(kMembershipMethod, EncodeMembershipUpdate(update));
   });
+}
+
+MembershipUpdate ForwardMembershipWithSnapshotTo(HeadClient& client, ActorRef actor) {
+  // The head answers the subscription with the snapshot and sends the updates
+  // after it, but the answer reaches this thread while the client's loop may
+  // already be forwarding the first update: those wait behind the snapshot.
+  struct Gate {
+    std::mutex mutex;
+    bool open = false;
+    std::vector<MembershipUpdate> held;
+  };
+  auto gate = std::make_shared<Gate>();
+  const MembershipUpdate snapshot = client.Subscribe([gate, actor](const MembershipUpdate& update) {
+    std::lock_guard<std::mutex> lock(gate->mutex);
+    if (gate->open) {
+      actor.Tell(kMembershipMethod, EncodeMembershipUpdate(update));
+    } else {
+      gate->held.push_back(update);
+    }
+  });
+  std::lock_guard<std::mutex> lock(gate->mutex);
+  actor.Tell(kMembershipMethod, EncodeMembershipUpdate(snapshot));
+  for (const MembershipUpdate& update : gate->held)
+    actor.Tell(kMembershipMethod, EncodeMembershipUpdate(update));
+  gate->held.clear();
+  gate->open = true;
+  return snapshot;
 }
 
 }  // namespace elastic::runtime

@@ -159,6 +159,11 @@ class ActorSystem {
 // the snapshot at subscription time. Replaces any earlier subscription
 // callback of client.
 MembershipUpdate ForwardMembershipTo(HeadClient& client, ActorRef actor);
+// As ForwardMembershipTo, and the actor is told the snapshot too (kind
+// kSnapshot), before every update that follows it: an actor that subscribes
+// again after a lost session sees how the membership changed meanwhile, in
+// order with what comes next.
+MembershipUpdate ForwardMembershipWithSnapshotTo(HeadClient& client, ActorRef actor);
 constexpr const char* kMembershipMethod = "membership";
 
 }  // namespace elastic::runtime

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "runtime/auth.h"
+#include "runtime/heartbeat_check.h"
 #include "runtime/log.h"
 #include "runtime/sockets.h"
 
@@ -28,6 +29,13 @@ RateLimitedLog& FailedHandshakeLog() {
   return log;
 }
 constexpr size_t kMaxFramesPerWrite = 64;
+
+// A stalled process finds the stall on every one of its connections at once
+// (a head with hundreds of sessions): one warning per interval, with the count.
+RateLimitedLog& StallLog() {
+  static RateLimitedLog log(LogLevel::kWarning, "transport", std::chrono::seconds(10));
+  return log;
+}
 
 std::string DescribeEndpoint(const asio::ip::tcp::socket& socket) {
   asio::error_code ec;
@@ -346,11 +354,8 @@ void Connection::BecomeOpen() {
   handshake_timer_.cancel();
   decoder_.set_max_frame_bytes(options_.max_frame_bytes);  // and ReadMore reads more at once
   last_received_ = std::chrono::steady_clock::now();
+  ScheduleTick();
   auto self = shared_from_this();
-  tick_timer_.expires_after(options_.heartbeat_interval);
-  tick_timer_.async_wait([self](const asio::error_code& ec) {
-    if (!ec) self->Tick();
-  });
   if (callbacks_.on_open) callbacks_.on_open(self);
   if (role_ == Role::kConnector && !dial_settled_) {
     dial_settled_ = true;
@@ -362,19 +367,28 @@ void Connection::BecomeOpen() {
 
 void Connection::Tick() {
   if (state_.load() != State::kOpen) return;
-  const auto silent = std::chrono::steady_clock::now() - last_received_;
+  const auto now = std::chrono::steady_clock::now();
   asio::error_code ec;
   // Bytes waiting in the socket mean the peer is alive and only this loop was
   // slow (a loaded machine); do not declare it failed for our own lateness.
   const bool data_waiting = socket_.available(ec) > 0;
-  if (!data_waiting) ReportMissedHeartbeats(silent, 0);
-  if (silent > options_.heartbeat_timeout && !data_waiting) {
-    ReportMissedHeartbeats(silent, 1);
-    CloseOnLoop(
-        "no heartbeat for " +
-        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
-        " ms (heartbeat timeout " + std::to_string(options_.heartbeat_timeout.count()) + " ms)");
-    return;
+  switch (
+      JudgeHeartbeat({tick_due_, now, last_received_, data_waiting}, options_.heartbeat_timeout)) {
+    case HeartbeatVerdict::kOwnStall:
+      ForgiveOwnStall(now);
+      break;
+    case HeartbeatVerdict::kPeerSilent: {
+      const auto silent = now - last_received_;
+      ReportMissedHeartbeats(silent, 1);
+      CloseOnLoop(
+          "no heartbeat for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+          " ms (heartbeat timeout " + std::to_string(options_.heartbeat_timeout.count()) + " ms)");
+      return;
+    }
+    case HeartbeatVerdict::kAlive:
+      if (!data_waiting) ReportMissedHeartbeats(now - last_received_, 0);
+      break;
   }
   // Half an interval: the peer then never waits more than 1.5 intervals for
   // a frame, under the 2 at which it would count a heartbeat missed.
@@ -386,8 +400,13 @@ void Connection::Tick() {
                                   .count()));
     Enqueue(message, false);
   }
+  ScheduleTick();
+}
+
+void Connection::ScheduleTick() {
   auto self = shared_from_this();
-  tick_timer_.expires_after(options_.heartbeat_interval);
+  tick_due_ = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  tick_timer_.expires_at(tick_due_);
   tick_timer_.async_wait([self](const asio::error_code& ec) {
     if (!ec) self->Tick();
   });
@@ -396,6 +415,28 @@ void Connection::Tick() {
 bool Connection::SentWithin(std::chrono::steady_clock::duration interval) const {
   std::lock_guard<std::mutex> lock(send_mutex_);
   return std::chrono::steady_clock::now() - last_queued_ < interval;
+}
+
+void Connection::ForgiveOwnStall(std::chrono::steady_clock::time_point now) {
+  const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(now - tick_due_);
+  // The peer's silence so far is this process's doing; it is not counted as
+  // missed heartbeats either (HeadStats::heartbeats_missed counts members' own).
+  last_received_ = now;
+  missed_reported_ = 0;
+  // Every connection of a stalled process finds it at once: one line for all.
+  uint64_t suppressed = 0;
+  if (StallLog().Admit(&suppressed)) {
+    ELASTIC_LOG(kWarning, "transport",
+                "this process stalled: the heartbeat check of "
+                    << peer_ << " ran " << late.count() << " ms late (more than half the "
+                    << options_.heartbeat_timeout.count()
+                    << " ms heartbeat timeout); its peers get a fresh timeout from now instead of "
+                       "being declared failed for this process's own silence"
+                    << SuppressedNote(suppressed, "connections forgiven"));
+  } else {
+    ELASTIC_LOG(kDebug, "transport",
+                "stalled " << late.count() << " ms: fresh heartbeat timeout for " << peer_);
+  }
 }
 
 void Connection::ReportMissedHeartbeats(std::chrono::steady_clock::duration silent,

@@ -8,7 +8,8 @@
 // neither inject, alter, replay nor drop a frame unnoticed -> closed,
 // exactly once, with a reason. Every protocol violation (bad frame,
 // oversized frame, wrong token, message before authentication, silence beyond
-// the heartbeat timeout) closes this connection only.
+// the heartbeat timeout) closes this connection only. Silence during a stall of
+// this process is not the peer's: it gets a fresh timeout (heartbeat_check.h).
 //
 // Threading: all socket work happens on the EventLoop thread; callbacks run
 // there. Send and Close may be called from any thread.
@@ -53,7 +54,8 @@ struct ConnectionCallbacks {
   // `missed` more since the last call. A heartbeat is missed once nothing at
   // all arrived for one full interval after it was due (so silence of s counts
   // floor(s / interval) - 1); a close by heartbeat timeout counts at least one.
-  // Not called for our own lateness (bytes waiting unread in the socket).
+  // Not called for our own lateness (bytes waiting unread in the socket) nor
+  // for a stall of this process (heartbeat_check.h).
   std::function<void(const ConnectionPtr&, uint64_t missed)> on_heartbeats_missed;
 };
 
@@ -109,7 +111,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // From now on, frames from the peer must carry MACs under this key.
   void ExpectSealedFrames(const std::string& key);
   void CheckSeal(const IncomingFrame& frame);
+  // Judges the peer's silence (heartbeat_check.h) and sends a heartbeat.
   void Tick();
+  // Arms the timer of the next Tick, due one heartbeat interval from now.
+  void ScheduleTick();
+  // The Tick due at tick_due_ ran at `now`, so late that this process must
+  // have stalled: the peer's silence starts afresh.
+  void ForgiveOwnStall(std::chrono::steady_clock::time_point now);
   // Reports the heartbeats missed in the current silence (at least `floor` of them).
   void ReportMissedHeartbeats(std::chrono::steady_clock::duration silent, uint64_t floor);
   // Whether a frame other than a heartbeat was queued within `interval`.
@@ -141,7 +149,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer handshake_timer_;
   asio::steady_timer tick_timer_;
   std::chrono::steady_clock::time_point last_received_;
-  uint64_t missed_reported_ = 0;  // in the current silence; loop thread only
+  std::chrono::steady_clock::time_point tick_due_;  // when the armed Tick should run
+  uint64_t missed_reported_ = 0;                    // in the current silence; loop thread only
 
   // Send queue, shared with sending threads.
   mutable std::mutex send_mutex_;

@@ -5,6 +5,7 @@
 #include <kj/exception.h>
 
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 namespace elastic::runtime {
@@ -59,6 +60,18 @@ int MembershipView::RankOf(uint64_t member_id) const {
     if (members[i].id == member_id) return static_cast<int>(i);
   }
   return -1;
+}
+
+std::vector<uint64_t> MembersGoneBetween(const MembershipUpdate& before,
+                                         const MembershipUpdate& after) {
+  std::set<uint64_t> live;
+  for (const MemberInfo& m : after.view.members) live.insert(m.id);
+  for (const MemberInfo& m : after.pending) live.insert(m.id);
+  std::vector<uint64_t> gone;
+  for (const auto* list : {&before.view.members, &before.pending})
+    for (const MemberInfo& m : *list)
+      if (live.count(m.id) == 0) gone.push_back(m.id);
+  return gone;
 }
 
 const char* ToString(MembershipEventKind kind) {

@@ -59,6 +59,12 @@ struct MembershipUpdate {
   std::vector<MemberInfo> pending;  // live members not (yet) in the view
 };
 
+// The live members (in the view or pending) of `before` that are neither in
+// `after`: gone between the two, whether or not an update said so (one that
+// came while nobody listened). In before's order.
+std::vector<uint64_t> MembersGoneBetween(const MembershipUpdate& before,
+                                         const MembershipUpdate& after);
+
 // An update as bytes (a Cap'n Proto frame), e.g. as the payload of an actor
 // message, and back. Decode throws std::runtime_error on bytes that are not one.
 std::string EncodeMembershipUpdate(const MembershipUpdate& update);

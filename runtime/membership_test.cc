@@ -133,5 +133,16 @@ TEST(MemberRecordsTest, AWholeUpdateReaderRefusesADelta) {
   EXPECT_THROW(FromProto(builder.asReader()), std::runtime_error);
 }
 
+// Who went away between two updates, told or not (a subscriber that was not
+// listening in between: HeadSession).
+TEST(MembersGoneBetweenTest, LiveMembersMissingAfterwards) {
+  const MembershipUpdate before = Update(7, {1, 2, 3}, {4, 5}, {});
+  // 4 admitted, 1 and 2 gone; 5 gone from pending, 6 new.
+  const MembershipUpdate after = Update(9, {3, 4}, {6}, {});
+  EXPECT_EQ(MembersGoneBetween(before, after), (std::vector<uint64_t>{1, 2, 5}));
+  EXPECT_TRUE(MembersGoneBetween(after, after).empty());
+  EXPECT_TRUE(MembersGoneBetween(MembershipUpdate{}, after).empty());
+}
+
 }  // namespace
 }  // namespace elastic::runtime

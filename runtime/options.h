@@ -24,7 +24,9 @@ struct TransportOptions {
   // --heartbeat-ms: how often an open connection sends a heartbeat.
   std::chrono::milliseconds heartbeat_interval{100};
   // --heartbeat-timeout-ms: a connection that receives nothing for this long
-  // is closed as failed (the read timeout of an open connection).
+  // is closed as failed (the read timeout of an open connection). Time this
+  // process itself spent stalled (stopped, starved) is not held against the
+  // peer (heartbeat_check.h).
   std::chrono::milliseconds heartbeat_timeout{1000};
   // --send-timeout-ms: how long Send may block on a full queue before the
   // connection is closed as stuck.

@@ -107,7 +107,8 @@ int LastPrintedEpoch(const std::string& output) {
 
 // Resets every established TCP connection of process `pid` (its own end, found
 // through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the
-// process lives on. Returns how many connections were reset.
+// process lives on. With `remote_port`, only its connections to that port.
+// Returns how many connections were reset.
 namespace {
 
 // "ADDRESS:PORT" of a socket end, in the form ss's filter takes.
@@ -160,8 +161,19 @@ std::vector<std::pair<std::string, std::string>> ConnectionsOf(pid_t pid) {
 
 }  // namespace
 
-int ResetConnectionsOf(pid_t pid) {
-  const auto connections = ConnectionsOf(pid);
+int ResetConnectionsOf(pid_t pid, int remote_port) {
+  auto connections = ConnectionsOf(pid);
+  if (remote_port != 0) {
+    const std::string suffix = ":" + std::to_string(remote_port);
+    connections.erase(std::remove_if(connections.begin(), connections.end(),
+                                     [&](const std::pair<std::string, std::string>& c) {
+                                       const std::string& remote = c.second;
+                                       return remote.size() < suffix.size() ||
+                                              remote.compare(remote.size() - suffix.size(),
+                                                             suffix.size(), suffix) != 0;
+                                     }),
+                      connections.end());
+  }
   for (const auto& [local, remote] : connections) {
     // Both ends named: only this process's end is destroyed, never another
     // process's socket that shares a local port number.

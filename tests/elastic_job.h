@@ -55,8 +55,9 @@ int64_t StepRestoredAfter(const std::string& output, int generation);
 
 // Resets every established TCP connection of process `pid` (its own end, found
 // through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the
-// process lives on. Returns how many connections were reset, -1 if ss failed.
-int ResetConnectionsOf(pid_t pid);
+// process lives on. With `remote_port`, only its connections to that port.
+// Returns how many connections were reset, -1 if ss failed.
+int ResetConnectionsOf(pid_t pid, int remote_port = 0);
 
 // The pids of the workers a node agent's log says it started.
 std::vector<pid_t> WorkersStartedBy(const std::string& agent_output);

@@ -29,6 +29,8 @@
 #include "runtime/auth.h"
 #include "runtime/head.h"
 #include "runtime/head_client.h"
+#include "runtime/head_session.h"
+#include "runtime/heartbeat_check.h"
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
 #include "trainer/checkpoint.h"
@@ -254,7 +256,8 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   int64_t printed_epoch_ = 0;  // 1-based epoch of the last summary printed
   std::set<uint64_t> bad_stats_;
   Clock::time_point last_runtime_stats_;
-  std::string journal_error_;  // the last one said, so a full disk is said once
+  MembershipUpdate last_membership_;  // the head's, as last forwarded
+  std::string journal_error_;         // the last one said, so a full disk is said once
 };
 
 void ControllerActor::WriteJournalNow(int exit_code) {
@@ -291,6 +294,16 @@ void ControllerActor::WriteJournalNow(int exit_code) {
 }
 
 void ControllerActor::OnMembership(const MembershipUpdate& update) {
+  // Only a session established again sends a snapshot: who went away while it
+  // was lost was announced to nobody.
+  if (update.kind == runtime::MembershipEventKind::kSnapshot) {
+    for (uint64_t id : runtime::MembersGoneBetween(last_membership_, update)) {
+      Say("driver: worker " + std::to_string(id) +
+          " went away while the controller's session with the head was lost");
+      Feed(event::Gone{id, false});
+    }
+  }
+  last_membership_ = update;
   switch (update.kind) {
     case runtime::MembershipEventKind::kFailed:
       metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
@@ -780,6 +793,14 @@ ControllerConfig ConfigFor(const ElasticOptions& elastic, const TrainOptions& tr
   config.blacklist_ms = ms(elastic.blacklist_seconds);
   config.resume = train.resume;
   config.fault_give_up_ms = ms(elastic.rendezvous_timeout + elastic.step_timeout);
+  // A stall of the driver is judged as its transport judges one
+  // (runtime/heartbeat_check.h); the workers it costs their session come back
+  // within their --reconnect-timeout or not at all.
+  config.stall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        runtime::StallThreshold(TransportFor(elastic).heartbeat_timeout))
+                        .count();
+  config.stall_aftermath_ms = ms(elastic.heartbeat_timeout);
+  config.stall_grace_ms = ms(elastic.reconnect_timeout);
   return config;
 }
 
@@ -815,8 +836,7 @@ runtime::HeadOptions HeadOptionsFor(const ElasticOptions& elastic,
 // worker reaches it at the head's host (the one it already reaches, maybe
 // through a NAT or a Kubernetes Service that forwards only known ports).
 runtime::ActorSystemOptions ControllerActorOptions(const ElasticOptions& elastic,
-                                                   const runtime::Head& head,
-                                                   runtime::HeadClient& client) {
+                                                   const runtime::Head& head) {
   runtime::ActorSystemOptions options;
   options.token = head.token();
   options.listen_host = elastic.listen;
@@ -824,9 +844,56 @@ runtime::ActorSystemOptions ControllerActorOptions(const ElasticOptions& elastic
   options.advertise_host = LocalHostFor(elastic.listen);
   options.threads = 1;
   options.transport = TransportFor(elastic);
-  options.head = &client;
+  // No head client: the controller's HeadSession registers it, and again
+  // whenever that session was lost.
   options.name = "controller";
   return options;
+}
+
+// The driver's own session with its head, through which the controller is
+// registered and hears the membership: kept for as long as the workers wait
+// for a lost head (--reconnect-timeout); past that nobody is left to find it.
+runtime::HeadSessionOptions ControllerSessionOptions(const ElasticOptions& elastic,
+                                                     const runtime::Head& head) {
+  runtime::HeadSessionOptions options;
+  options.client.host = LocalHostFor(elastic.listen);
+  options.client.port = head.port();
+  options.client.token = head.token();
+  options.client.name = "driver";
+  options.client.transport = TransportFor(elastic);
+  options.reconnect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(elastic.reconnect_timeout * 1000));
+  return options;
+}
+
+// What the head holds for the job controller: its name in the actor directory
+// (workers look it up) and the membership forwarded to it. On a session
+// established again after a loss the controller is also told the membership
+// as it is now, before any later update, and so learns who went away while
+// nobody listened (ControllerActor::OnMembership).
+void RegisterController(runtime::HeadClient& client, const runtime::Endpoint& endpoint,
+                        const runtime::ActorRef& controller, bool again) {
+  client.RegisterActor(kControllerActor, endpoint);
+  if (!again) {
+    runtime::ForwardMembershipTo(client, controller);
+    return;
+  }
+  runtime::ForwardMembershipWithSnapshotTo(client, controller);
+  Say(std::string("driver: the job controller's session with the head was lost; registered '") +
+      kControllerActor + "' again and subscribed to the membership");
+}
+
+// The controller's exit code, or kExitError once its session with the head is
+// gone for good: workers could not find it and it would hear of no failure.
+int WaitForTheJob(std::future<int>& finished, const runtime::HeadSession& session) {
+  while (finished.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
+    const std::string lost = session.failure();
+    if (lost.empty()) continue;
+    Say("driver: error: the job controller " + lost +
+        "; no worker can reach it and it hears of no failure: stopping");
+    return kExitError;
+  }
+  return finished.get();
 }
 
 // A node agent of this job's head: the driver's own, or a --join one.
@@ -913,26 +980,25 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
                                     "--token-file)"
                                   : " (token in " + elastic.token_file + ")"));
 
-  runtime::HeadClientOptions client_options;
-  client_options.host = LocalHostFor(elastic.listen);
-  client_options.port = head.port();
-  client_options.token = head.token();
-  client_options.name = "driver";
-  client_options.transport = TransportFor(elastic);
-  runtime::HeadClient client(client_options);
-  runtime::ActorSystem actors(ControllerActorOptions(elastic, head, client));
+  runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
   auto controller = std::make_shared<ControllerActor>(
       elastic, train, job_id, taken_over ? taken_over->journal.args : args,
       ConfigFor(elastic, train), taken_over, head, actors, metrics, program.metric);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
-  runtime::ForwardMembershipTo(client, ref);
+  // A session of the driver's own with its head may still be lost (a stall
+  // on this side only, a network between them): it registers again.
+  const runtime::HeadSession session(
+      ControllerSessionOptions(elastic, head),
+      [endpoint = actors.endpoint(), ref](runtime::HeadClient& client, bool again) {
+        RegisterController(client, endpoint, ref, again);
+      });
   std::optional<Ticker> ticker(std::in_place, ref);
   const std::unique_ptr<runtime::NodeAgent> agent = StartLocalWorkers(elastic, head);
   const std::unique_ptr<PreemptionWatcher> watcher =
       agent ? WatchForPreemption(elastic, *agent, "driver") : nullptr;
 
-  const int code = finished.get();
+  const int code = WaitForTheJob(finished, session);
   // The members of a stop generation sync and rank 0 writes the checkpoint;
   // then everyone, pending joiners included, learns the job is over and leaves.
   WaitForEveryoneToLeave(head, std::chrono::seconds(code == kExitStopped ? 120 : 15));

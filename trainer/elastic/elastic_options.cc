@@ -60,7 +60,9 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddDouble("reconnect-timeout", &o.reconnect_timeout,
               "elastic: seconds a node agent (--join) and its workers wait for a lost head, e.g. "
               "while the driver is restarted with --state-dir, reconnecting every 0.25 s; then "
-              "the agent stops its workers and exits");
+              "the agent stops its workers and exits. Also how long the driver re-registers its "
+              "controller after losing its own session with the head, and, after a stall of its "
+              "own, waits for the workers that lost the head meanwhile to come back");
   f.AddInt("global-batch", &o.global_batch,
            "elastic: every optimizer step takes this many samples whatever the world size, split "
            "evenly over the workers, each training its share in micro-batches of at most "

@@ -73,6 +73,7 @@ std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
       out_.push_back(action::TellOver{registered->member, over_reason_});
     return std::move(out_);
   }
+  NoticeStall(std::holds_alternative<event::Tick>(event));
   // One line per event type and no generic case: an event added to Event
   // without its line here does not compile.
   std::visit(Overloaded{
@@ -121,7 +122,9 @@ void JobController::OnRegistered(const event::Registered& e) {
 void JobController::OnGone(const event::Gone& e) {
   members_.erase(e.member);
   holders_.erase(e.member);
-  if (!e.failed || e.member == 0) return;
+  // A failure the head reported right after this process stalled may be the
+  // stall's doing (the worker saw the head silent): not the node's fault.
+  if (!e.failed || e.member == 0 || InStallAftermath()) return;
   const auto it = nodes_.find(e.member);
   if (it == nodes_.end() || it->second == 0) return;
   const uint64_t node = it->second;
@@ -151,7 +154,7 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   if (view_.empty()) {
     if (!stopping_.empty()) return Finish(kExitStopped);
     if (!started_) return;
-    if (!StateAvailable()) return StateLost("every worker was lost");
+    if (!StateAvailable()) return StateLostUnlessStalled("every worker was lost");
     const StateSource source = SourceFor({});
     Say("driver: every worker is gone; the job waits up to --rendezvous-timeout for a worker to "
         "join and continues from " +
@@ -307,7 +310,8 @@ void JobController::OnFault(const event::Fault& e) {
     over_reason_ = "the workers could not complete a collective";
     return Finish(kExitStopped);
   }
-  if (started_ && !StateAvailable()) return StateLost("the last source of the state failed");
+  if (started_ && !StateAvailable())
+    return StateLostUnlessStalled("the last source of the state failed");
   Say("driver: worker " + std::to_string(e.member) + " reported a fault in generation " +
       std::to_string(e.generation) + " (" + e.reason + "); re-forming the generation");
   Publish(view_, "re-formed after a fault on worker " + std::to_string(e.member));
@@ -414,6 +418,11 @@ void JobController::Recover() {
 
 void JobController::Run() {
   if (!stopping_.empty()) return;
+  if (lost_in_stall_at_ && StateAvailable()) lost_in_stall_at_.reset();
+  if (lost_in_stall_at_ && now_ - *lost_in_stall_at_ >= config_.stall_grace_ms) {
+    return StateLost("every worker was lost while this process stalled, and none came back with " +
+                     std::string("its commit within ") + Seconds(config_.stall_grace_ms));
+  }
   if (stop_committed_at_ && now_ - *stop_committed_at_ >= config_.stop_report_wait_ms)
     return StoppedOnRequest();
   std::vector<uint64_t> staying, leaving;
@@ -451,7 +460,8 @@ void JobController::Run() {
     // Nobody trains: apply any change at once.
     if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
       below_minimum_since_.reset();
-      if (started_ && !StateAvailable()) return StateLost("every holder of the state was lost");
+      if (started_ && !StateAvailable())
+        return StateLostUnlessStalled("every holder of the state was lost");
       if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
       gathering_since_.reset();
       return Publish(next, std::to_string(joining.size()) + " joined " +
@@ -599,6 +609,26 @@ void JobController::StateLost(const std::string& what_happened) {
   Say(text);
   over_reason_ = "the job's state was lost";
   Finish(kExitStopped);
+}
+
+void JobController::NoticeStall(bool tick) {
+  if (config_.stall_ms > 0 && last_tick_ms_ && now_ - *last_tick_ms_ > config_.stall_ms) {
+    stalled_at_ = now_;
+    Say("driver: this process stalled: no tick for " + SecondsTenths(now_ - *last_tick_ms_) +
+        " (stopped or starved of CPU); workers lost now may only have lost the head meanwhile");
+    last_tick_ms_ = now_;  // once per stall, whichever event comes first after it
+  }
+  if (tick) last_tick_ms_ = now_;
+}
+
+void JobController::StateLostUnlessStalled(const std::string& what_happened) {
+  if (lost_in_stall_at_) return;  // waiting already
+  if (!InStallAftermath()) return StateLost(what_happened);
+  lost_in_stall_at_ = now_;
+  Say("driver: " + what_happened + " right after this process stalled; waiting up to " +
+      Seconds(config_.stall_grace_ms) +
+      " (--reconnect-timeout) for the workers to reconnect with their commits (they saw the head "
+      "silent, and may only have lost it)");
 }
 
 void JobController::Finish(int exit_code) {

@@ -14,7 +14,8 @@
 //   step 0. When every source is gone the job stops (exit 3) and says what
 //   was lost; while an older one exists it goes on from that one;
 // - after a take-over, how long to wait for the workers, and for the newest
-//   commit when only they can have it;
+//   commit when only they can have it; after a stall of its own process, how
+//   long to wait for the workers it then lost before their state counts as lost;
 // - when the job stops: done, too few workers for too long, stop signals,
 //   state lost.
 #pragma once
@@ -87,6 +88,21 @@ struct ControllerConfig {
   int64_t stop_report_wait_ms = 10000;
   // Faults with no commit in between for this long stop the job (exit 3).
   int64_t fault_give_up_ms = 360000;
+  // The controller is fed a tick every 50 ms: a gap longer than this between
+  // two ticks means its own process stalled (stopped, starved of CPU). Workers
+  // that saw the head silent past --heartbeat-timeout meanwhile dropped their
+  // sessions and come back as new members holding their commits; the head
+  // reported them failed, but their state may not be gone (ms; 0: not judged).
+  int64_t stall_ms = 0;
+  // Failures reported this long after such a stall may be its doing: the head
+  // learns at once of sessions dropped during it, and forgives any silence it
+  // saw itself (runtime/heartbeat_check.h), so a later failure is one it judged
+  // while running: the heartbeat timeout (ms). They count against no node.
+  int64_t stall_aftermath_ms = 3000;
+  // A loss of every source of the state in that aftermath waits this long for
+  // the workers to come back before the state is declared lost: their
+  // --reconnect-timeout, after which those that did not come back gave up (ms).
+  int64_t stall_grace_ms = 60000;
 };
 
 // What a controller restarted from its journal knows of the job.
@@ -283,6 +299,15 @@ class JobController {
   // checkpoint, all exit; with nobody left, says what is lost.
   void StopWithCheckpoint(const std::vector<uint64_t>& members, const std::string& why);
   void StateLost(const std::string& what_happened);
+  // A tick gap past config_.stall_ms: a stall's aftermath begins.
+  void NoticeStall(bool tick);
+  bool InStallAftermath() const {
+    return stalled_at_ && now_ - *stalled_at_ <= config_.stall_aftermath_ms;
+  }
+  // StateLost, unless this process stalled a moment ago: then the holders may
+  // only have lost the head, and the decision waits up to stall_grace_ms for
+  // them (Run takes it when no source came back).
+  void StateLostUnlessStalled(const std::string& what_happened);
   void Finish(int exit_code);
   void Publish(std::vector<uint64_t> members, const std::string& reason);
   void Say(const std::string& text);
@@ -326,6 +351,10 @@ class JobController {
   std::string over_reason_;                // what members outside the last view are told
   std::set<uint64_t> faulted_;             // generations re-formed after a fault
   std::optional<int64_t> faulting_since_;  // first fault with no commit since
+
+  std::optional<int64_t> last_tick_ms_;
+  std::optional<int64_t> stalled_at_;        // when the last stall was noticed
+  std::optional<int64_t> lost_in_stall_at_;  // every source was lost in its aftermath, then
 
   std::map<uint64_t, int64_t> failures_by_node_;
   std::map<uint64_t, int64_t> blacklisted_until_;

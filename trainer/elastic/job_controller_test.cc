@@ -53,6 +53,9 @@ class Job {
     now_ += ms;
     Feed(event::Tick{});
   }
+  // Time passes with no event at all, not even a tick: the controller's
+  // process is stopped or starved.
+  void Stall(int64_t ms) { now_ += ms; }
   void Register(uint64_t member, uint64_t node = 1) { Feed(event::Registered{member, node, {}}); }
   // The head sees member's connection drop: it says so and publishes a view without it.
   void Kill(uint64_t member) {
@@ -987,6 +990,87 @@ TEST(JobControllerTest, EveryWorkerLostBeforeTheFirstCommitStartsAgainFromTheSee
   job.Kill(3);
   EXPECT_EQ(job.ExitCode(), kExitStopped);
   EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 1 position 256 step 8"));
+}
+
+// The driver stopped for 5 s (SIGSTOP, a starved machine) with the heartbeat
+// timeout at 3 s: every worker saw the head silent, dropped its session and
+// reconnects as a new member holding its commit, while the head, once it runs
+// again, reports them all failed. Nothing else holds the state (no copy yet,
+// no checkpoint): the controller waits for them instead of declaring the
+// state lost, and the next generation restores the commit they bring back.
+ControllerConfig StallJudged(ControllerConfig config) {
+  config.stall_ms = 1500;
+  config.stall_aftermath_ms = 3000;
+  config.stall_grace_ms = 60000;
+  return config;
+}
+
+TEST(JobControllerTest, WorkersLostRightAfterAStallOfTheControllerComeBackWithTheirCommit) {
+  ControllerConfig config = StallJudged(Config(2));
+  config.join_window_ms = 3000;
+  // Failures the stall caused do not count against the node.
+  config.blacklist_after = 2;
+  Job job = Started(config);
+  job.Advance(50);
+  job.Commit(At(0, 512, 16), false);
+  job.Advance(50);
+  job.Take();
+  job.Stall(5000);
+  job.KillAll({1, 2});
+  EXPECT_FALSE(job.ExitCode());
+  EXPECT_TRUE(Said(job.all(), "this process stalled: no tick for 5.0 s"));
+  EXPECT_TRUE(Said(job.all(), "every worker was lost right after this process stalled"));
+  job.Advance(50);
+  job.Feed(event::Registered{3, 1, At(0, 512, 16)});
+  job.Advance(50);
+  job.Feed(event::Registered{4, 1, At(0, 512, 16)});
+  job.Advance(50);
+  EXPECT_FALSE(job.ExitCode());
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kMember);
+  EXPECT_EQ(job.LastStart()->source.point.step, 16);
+  std::vector<uint64_t> members = job.LastStart()->members;
+  std::sort(members.begin(), members.end());
+  EXPECT_EQ(members, (std::vector<uint64_t>{3, 4}));
+  EXPECT_FALSE(Said(job.all(), "blacklisted"));
+}
+
+// Nobody comes back within the grace: the state is lost after all, said once.
+TEST(JobControllerTest, WorkersLostInAStallThatDoNotComeBackLoseTheStateAfterTheGrace) {
+  Job job = Started(StallJudged(Config(2)));
+  job.Advance(50);
+  job.Commit(At(0, 512, 16), false);
+  job.Stall(5000);
+  job.KillAll({1, 2});
+  for (int i = 0; i < 59; ++i) job.Advance(1000);
+  EXPECT_FALSE(job.ExitCode());
+  job.Advance(1000);
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+  EXPECT_TRUE(Said(job.all(), "none came back with its commit within 60 s"));
+  EXPECT_TRUE(Said(job.all(), "nothing was overwritten"));
+  job.Register(3);
+  EXPECT_FALSE(Only<action::TellOver>(job.Take()).empty());
+}
+
+// No stall, or one past its aftermath (the heartbeat timeout, after which a
+// failure is one the head judged while running): losing every holder is the
+// end of the state at once, as without the grace (EveryWorkerLostThenAJoin).
+TEST(JobControllerTest, WorkersLostWithoutARecentStallLoseTheStateAtOnce) {
+  for (const bool stalled_before : {false, true}) {
+    SCOPED_TRACE(stalled_before ? "a stall 4 s before" : "no stall");
+    Job job = Started(StallJudged(Config(2)));
+    job.Advance(50);
+    if (stalled_before) {
+      job.Stall(5000);
+      for (int i = 0; i < 4; ++i) job.Advance(1000);
+    }
+    // Ticks late by up to the threshold are a loaded machine, not a stall.
+    job.Advance(1500);
+    job.Commit(At(0, 512, 16), false);
+    job.KillAll({1, 2});
+    EXPECT_EQ(job.ExitCode(), kExitStopped);
+    EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 1 position 512 step 16"));
+  }
 }
 
 }  // namespace

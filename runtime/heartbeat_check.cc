@@ -1,0 +1,30 @@
+#include "runtime/heartbeat_check.h"
+
+namespace elastic::runtime {
+
+std::chrono::steady_clock::duration StallThreshold(std::chrono::milliseconds heartbeat_timeout) {
+  return std::chrono::steady_clock::duration(heartbeat_timeout) / 2;
+}
+
+HeartbeatVerdict JudgeHeartbeat(const HeartbeatCheck& check,
+                                std::chrono::milliseconds heartbeat_timeout) {
+  // First: a stalled check has no evidence against anyone, whatever it sees.
+  if (check.now - check.due > StallThreshold(heartbeat_timeout)) return HeartbeatVerdict::kOwnStall;
+  if (check.data_waiting) return HeartbeatVerdict::kAlive;
+  return check.now - check.last_received > heartbeat_timeout ? HeartbeatVerdict::kPeerSilent
+                                                             : HeartbeatVerdict::kAlive;
+}
+
+const char* ToString(HeartbeatVerdict verdict) {
+  switch (verdict) {
+    case HeartbeatVerdict::kAlive:
+      return "alive";
+    case HeartbeatVerdict::kOwnStall:
+      return "own stall";
+    case HeartbeatVerdict::kPeerSilent:
+      return "peer silent";
+  }
+  return "?";
+}
+
+}  // namespace elastic::runtime

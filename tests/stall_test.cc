@@ -1,0 +1,135 @@
+// A process of a job that stops running for longer than --heartbeat-timeout
+// (3 s): SIGSTOP for 5 s, as a starved machine or a debugger would
+// (docs/operations.md, "A stalled driver or worker"), and the session of the
+// driver's own job controller with its head lost outright. Real processes over
+// real sockets; every job must finish with exit 0, every sample trained on
+// once per epoch and one parameter checksum per generation.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/elastic_job.h"
+#include "tests/job_checks.h"
+
+namespace elastic::tests {
+namespace {
+
+constexpr std::chrono::seconds kStopped{5};  // the trainer's heartbeat timeout is 3 s
+
+// SIGSTOP, kStopped, SIGCONT.
+void StopFor(pid_t pid, std::chrono::seconds how_long) {
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(how_long);
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+}
+
+// The driver stops past the heartbeat timeout. Its own sessions with its
+// in-process head (the job controller's, the node agent's) sent nothing
+// either: both ends find that they stalled and keep them. The workers saw the
+// head silent, dropped their sessions and reconnect holding their commit; the
+// head reports them failed, and the controller, knowing it stalled, waits for
+// them instead of declaring the state lost. The job goes on from their commit.
+TEST(StallTest, DriverStoppedPastTheHeartbeatTimeoutKeepsTheJob) {
+  const std::string dir = FreshTempDir("driver-stopped");
+  Process driver(JobArgs(dir, 2, 3), dir + "/driver.log");
+  ASSERT_GT(WorkerPid(driver, 1, 1), 0) << WithoutProgress(driver.Output());
+  ASSERT_TRUE(WaitForStep(driver, 1, 10)) << WithoutProgress(driver.Output());
+  StopFor(driver.pid(), kStopped);
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find("transport] this process stalled"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("driver: this process stalled"), std::string::npos)
+      << WithoutProgress(output);
+  // Nothing in the driver's process lost its session with the head.
+  EXPECT_EQ(output.find("(driver) closed"), std::string::npos) << WithoutProgress(output);
+  EXPECT_EQ(output.find("session with the head was lost"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_EQ(output.find("node-agent] lost the connection to the head"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("reconnected to the head after"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_EQ(output.find("state was lost"), std::string::npos) << WithoutProgress(output);
+  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << WithoutProgress(output);
+  ExpectOneChecksumPerGeneration(output);
+  ExpectStepsWithinTheirEpoch(output);
+  CheckSamples(dir, 3);
+}
+
+// One worker stops past the heartbeat timeout: the head declares it failed
+// (it was silent, and the head was not), the other restores the last commit
+// and trains alone; the stopped process, when it runs again, finds its
+// sessions closed, reconnects as a new member with its commit and is admitted
+// at the next commit. Five epochs: the survivor trains an epoch alone in about
+// 2 s here, and the returning worker must find the job still running. As in
+// elastic_test's HangRankOneForThreeSeconds, --step-timeout=10 bounds the time
+// the woken process may stay in its old collective before it notices (its
+// collectives time out at 5 s, not 60).
+TEST(StallTest, WorkerStoppedPastTheHeartbeatTimeoutIsFailedAndComesBack) {
+  const std::string dir = FreshTempDir("worker-stopped");
+  std::vector<std::string> args = JobArgs(dir, 2, 5);
+  args.push_back("--step-timeout=10");
+  Process driver(args, dir + "/driver.log");
+  const pid_t victim = WorkerPid(driver, 1, 1);
+  ASSERT_GT(victim, 0) << WithoutProgress(driver.Output());
+  ASSERT_TRUE(WaitForStep(driver, 1, 10)) << WithoutProgress(driver.Output());
+  StopFor(victim, kStopped);
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
+  const std::string output = driver.Output();
+  const std::string tag = "pid " + std::to_string(victim) + "] ";
+  EXPECT_TRUE(std::regex_search(output, std::regex("head\\] member \\d+ failed \\(connection "
+                                                   "lost: no heartbeat for")))
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("restoring the last commit"), std::string::npos) << WithoutProgress(output);
+  EXPECT_NE(output.find("driver: generation 2: 1 workers"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_NE(output.find(tag + "reconnected to the head after"), std::string::npos)
+      << WithoutProgress(output);
+  // The same process trains again, at world 2.
+  EXPECT_TRUE(std::regex_search(
+      output, std::regex(tag + "params generation=([3-9]|\\d\\d+) rank=\\d world=2 ")))
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("done: 5 epochs"), std::string::npos) << WithoutProgress(output);
+  ExpectOneChecksumPerGeneration(output);
+  ExpectStepsWithinTheirEpoch(output);
+  CheckSamples(dir, 5);
+}
+
+// The driver's own connections to its head (the job controller's session and
+// the node agent's) are reset mid-epoch: the head forgets the controller's
+// name and subscription with the session. The controller's HeadSession
+// registers both again and the node agent reconnects; the workers, whose
+// sessions were not touched, train on.
+TEST(StallTest, TheDriversOwnSessionsWithItsHeadResetAreEstablishedAgain) {
+  const std::string dir = FreshTempDir("driver-sessions-reset");
+  Process driver(JobArgs(dir, 2, 3), dir + "/driver.log");
+  const std::string port = HeadPort(driver);
+  ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
+  ASSERT_TRUE(WaitForStep(driver, 1, 10)) << WithoutProgress(driver.Output());
+  const int reset = ResetConnectionsOf(driver.pid(), std::stoi(port));
+  ASSERT_EQ(reset, 2) << "connections of the driver to its head reset: " << reset;
+  ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
+  const std::string output = driver.Output();
+  EXPECT_NE(output.find("driver: the job controller's session with the head was lost; "
+                        "registered 'job-controller' again"),
+            std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("head-session] established the session with the head"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_NE(output.find("node-agent] reconnected to the head"), std::string::npos)
+      << WithoutProgress(output);
+  EXPECT_EQ(output.find("lost the head at"), std::string::npos) << WithoutProgress(output);
+  EXPECT_NE(output.find("epoch 3/3 world 2"), std::string::npos) << WithoutProgress(output);
+  ExpectOneChecksumPerGeneration(output);
+  ExpectStepsWithinTheirEpoch(output);
+  CheckSamples(dir, 3);
+}
+
+}  // namespace
+}  // namespace elastic::tests
