@@ -52,7 +52,8 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "also how long a worker whose communicator could not be built waits for a new "
               "membership view before it gives up");
   f.AddDouble("heartbeat-timeout", &o.heartbeat_timeout,
-              "elastic: seconds without a heartbeat (sent every 0.1 s) after which the head "
+              "elastic: seconds without a heartbeat (sent every tenth of it when nothing else was) "
+              "after which the head "
               "declares a worker or node failed, and a worker or node its head lost. A killed "
               "process is noticed at once by its closed connection; this only catches hung "
               "processes and dead links. Raise it on lossy networks; give every machine of a "
