@@ -23,6 +23,8 @@ PACKAGES=(
   python3-yaml
   # Process trees of the benchmarks' jobs (//tests:spot_trace_test runs bench/spot_trace_bench.py)
   python3-psutil
+  # `ss -K`, with which elastic_test and stall_test reset a process's connections
+  iproute2
 )
 
 say() { echo "[setup] $*"; }
