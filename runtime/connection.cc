@@ -390,9 +390,7 @@ void Connection::Tick() {
       if (!data_waiting) ReportMissedHeartbeats(now - last_received_, 0);
       break;
   }
-  // Half an interval: the peer then never waits more than 1.5 intervals for
-  // a frame, under the 2 at which it would count a heartbeat missed.
-  if (!SentWithin(options_.heartbeat_interval / 2)) {
+  if (HeartbeatDue(LastQueued(), now, options_.heartbeat_interval)) {
     capnp::MallocMessageBuilder message;
     message.initRoot<proto::Envelope>().initHeartbeat().setSentAtMicros(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -412,9 +410,9 @@ void Connection::ScheduleTick() {
   });
 }
 
-bool Connection::SentWithin(std::chrono::steady_clock::duration interval) const {
+std::chrono::steady_clock::time_point Connection::LastQueued() const {
   std::lock_guard<std::mutex> lock(send_mutex_);
-  return std::chrono::steady_clock::now() - last_queued_ < interval;
+  return last_queued_;
 }
 
 void Connection::ForgiveOwnStall(std::chrono::steady_clock::time_point now) {

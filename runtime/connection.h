@@ -120,8 +120,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ForgiveOwnStall(std::chrono::steady_clock::time_point now);
   // Reports the heartbeats missed in the current silence (at least `floor` of them).
   void ReportMissedHeartbeats(std::chrono::steady_clock::duration silent, uint64_t floor);
-  // Whether a frame other than a heartbeat was queued within `interval`.
-  bool SentWithin(std::chrono::steady_clock::duration interval) const;
+  // When a frame other than a heartbeat was last queued (HeartbeatDue).
+  std::chrono::steady_clock::time_point LastQueued() const;
   bool Enqueue(capnp::MessageBuilder& message, bool bounded);
   // Queues a frame (and its MAC once open); with send_mutex_ held.
   void PushLocked(kj::Array<capnp::word> frame);
@@ -162,10 +162,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // max_send_queue_bytes; what is being written (in_flight_) came from this
   // queue, so memory stays within twice the bound plus one large frame.
   size_t waiting_bytes_ = 0;
-  // When a frame other than a heartbeat was last queued: the peer hears from
-  // us anyway, so a heartbeat that soon after it is not sent (at 1,024
-  // members the head would otherwise send ~10,000 heartbeats a second while
-  // it answers a rendezvous).
+  // When a frame other than a heartbeat was last queued (HeartbeatDue).
   std::chrono::steady_clock::time_point last_queued_;
   bool write_scheduled_ = false;
   bool closed_ = false;

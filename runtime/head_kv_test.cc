@@ -22,6 +22,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::ClientOf;
 using testing::Subprocess;
 
 // --role=waiter PORT KEY EXPECTED: waits for KEY, exits 0 when it reads EXPECTED.
@@ -49,13 +50,6 @@ int PutterMain(const std::vector<std::string>& args) {
 
 const bool kRoles =
     testing::RegisterRole("waiter", WaiterMain) && testing::RegisterRole("putter", PutterMain);
-
-HeadClientOptions ClientOf(const Head& head) {
-  HeadClientOptions options;
-  options.port = head.port();
-  options.token = head.token();
-  return options;
-}
 
 // The message of the exception f throws ("" if none): the refusals below are
 // checked by what they say.

@@ -18,18 +18,11 @@ namespace elastic::runtime {
 namespace {
 
 using std::chrono::seconds;
+using testing::ClientOf;
 using testing::WaitUntil;
 
 constexpr seconds kPatience{60};
 const Endpoint kSomewhere{"127.0.0.1", 1};
-
-HeadClientOptions ClientOf(const Head& head, const std::string& name) {
-  HeadClientOptions options;
-  options.port = head.port();
-  options.token = head.token();
-  options.name = name;
-  return options;
-}
 
 TEST(HeadNumberingTest, ContinuesFromTheFirstGenerationAndIdsItIsGiven) {
   HeadOptions options;

@@ -17,6 +17,7 @@ namespace elastic::runtime {
 namespace {
 
 using std::chrono::seconds;
+using testing::ClientOf;
 using testing::Subprocess;
 using testing::WaitUntil;
 
@@ -37,14 +38,6 @@ int MemberMain(const std::vector<std::string>& args) {
 }
 
 const bool kRoles = testing::RegisterRole("member", MemberMain);
-
-HeadClientOptions ClientOf(const Head& head) {
-  HeadClientOptions options;
-  options.port = head.port();
-  options.token = head.token();
-  options.name = "test";
-  return options;
-}
 
 TEST(HeadStatsTest, CountsEachRequestAndReplyOnce) {
   Head head(HeadOptions{});

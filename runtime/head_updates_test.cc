@@ -18,15 +18,8 @@ namespace elastic::runtime {
 namespace {
 
 using std::chrono::seconds;
+using testing::ClientOf;
 using testing::WaitUntil;
-
-HeadClientOptions ClientOf(const Head& head) {
-  HeadClientOptions options;
-  options.port = head.port();
-  options.token = head.token();
-  options.name = "test";
-  return options;
-}
 
 // What a subscriber read last.
 class Subscriber {

@@ -15,6 +15,12 @@ HeartbeatVerdict JudgeHeartbeat(const HeartbeatCheck& check,
                                                              : HeartbeatVerdict::kAlive;
 }
 
+bool HeartbeatDue(std::chrono::steady_clock::time_point last_queued,
+                  std::chrono::steady_clock::time_point now,
+                  std::chrono::milliseconds heartbeat_interval) {
+  return now - last_queued >= std::chrono::steady_clock::duration(heartbeat_interval) / 2;
+}
+
 const char* ToString(HeartbeatVerdict verdict) {
   switch (verdict) {
     case HeartbeatVerdict::kAlive:

@@ -50,5 +50,18 @@ TEST(HeartbeatCheckTest, PeerSilenceIsJudgedOnlyWhenThisProcessRanOnTime) {
   }
 }
 
+// The trainer's interval, 300 ms: a heartbeat only when nothing else was
+// queued for half of it, so the peer's longest wait stays under 2 intervals.
+TEST(HeartbeatCheckTest, AHeartbeatIsDueOnlyAfterHalfAnIntervalWithoutOtherFrames) {
+  const milliseconds interval(300);
+  const std::chrono::steady_clock::time_point now{milliseconds(100000)};
+  EXPECT_FALSE(HeartbeatDue(now, now, interval));
+  EXPECT_FALSE(HeartbeatDue(now - milliseconds(149), now, interval));
+  EXPECT_TRUE(HeartbeatDue(now - milliseconds(150), now, interval));
+  EXPECT_TRUE(HeartbeatDue(now - milliseconds(5000), now, interval));
+  // A connection that never queued anything else heartbeats from the start.
+  EXPECT_TRUE(HeartbeatDue(std::chrono::steady_clock::time_point{}, now, interval));
+}
+
 }  // namespace
 }  // namespace elastic::runtime

@@ -22,9 +22,12 @@
 #include "runtime/head.h"
 #include "runtime/head_client.h"
 #include "runtime/log.h"
+#include "runtime/test_util.h"
 
 namespace elastic::runtime {
 namespace {
+
+using testing::ClientOf;
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -125,14 +128,6 @@ class IdlePeer {
   int fd_ = -1;
   std::string refusal_;
 };
-
-HeadClientOptions ClientOf(const Head& head, const std::string& name = "client") {
-  HeadClientOptions options;
-  options.port = head.port();
-  options.token = head.token();
-  options.name = name;
-  return options;
-}
 
 TEST(PreAuthLimitsTest, ConnectionBeyondThePerAddressCapIsClosedAtOnce) {
   HeadOptions options;

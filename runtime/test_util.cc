@@ -272,4 +272,12 @@ bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds
   return true;
 }
 
+HeadClientOptions ClientOf(const Head& head, const std::string& name) {
+  HeadClientOptions options;
+  options.port = head.port();
+  options.token = head.token();
+  options.name = name;
+  return options;
+}
+
 }  // namespace elastic::runtime::testing

@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/head.h"
+#include "runtime/head_client.h"
+
 namespace elastic::runtime::testing {
 
 // A role's main: gets the arguments after --role=NAME, returns the exit code.
@@ -79,5 +82,8 @@ bool CanConnect(uint16_t port);
 
 // Polls predicate every few ms until it holds or timeout passes.
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+
+// Options of a client of `head` (hosted in this process): its port and token.
+HeadClientOptions ClientOf(const Head& head, const std::string& name = "client");
 
 }  // namespace elastic::runtime::testing

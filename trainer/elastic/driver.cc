@@ -653,18 +653,6 @@ std::string LocalHostFor(const std::string& listen) {
   return listen == "0.0.0.0" || listen == "::" ? "127.0.0.1" : listen;
 }
 
-// The runtime connections of this job's processes: --heartbeat-timeout, and
-// a heartbeat every tenth of it (the runtime's own ratio, 100 ms of 1 s): 30
-// per timeout cost a head of 1,024 members ~20,000 heartbeats a second in
-// and out of its one thread, for no faster detection.
-runtime::TransportOptions TransportFor(const ElasticOptions& elastic) {
-  runtime::TransportOptions transport;
-  transport.heartbeat_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(elastic.heartbeat_timeout * 1000));
-  transport.heartbeat_interval = transport.heartbeat_timeout / 10;
-  return transport;
-}
-
 std::string Joined(const std::vector<std::string>& args) {
   std::string out;
   for (const std::string& arg : args) out += (out.empty() ? "" : " ") + arg;

@@ -189,4 +189,12 @@ void ValidateElasticOptions(const ElasticOptions& o, const TrainOptions& t) {
     throw FlagError("--role=worker and --join do not go together");
 }
 
+runtime::TransportOptions TransportFor(const ElasticOptions& options) {
+  runtime::TransportOptions transport;
+  transport.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.heartbeat_timeout * 1000));
+  transport.heartbeat_interval = transport.heartbeat_timeout / 10;
+  return transport;
+}
+
 }  // namespace elastic::trainer

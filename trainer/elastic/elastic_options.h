@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/options.h"
 #include "trainer/flags.h"
 #include "trainer/train_options.h"
 
@@ -68,5 +69,11 @@ bool IsElasticRun(const ElasticOptions& options);
 
 // Splits "host:port"; throws FlagError naming --join when malformed.
 void ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+// The runtime connections of a job's processes: --heartbeat-timeout, and a
+// heartbeat every tenth of it (the runtime's own ratio, 100 ms of 1 s). Thirty
+// per timeout, as before, cost a head of 1,024 members ~20,000 heartbeats a
+// second in and out of its one thread, for no faster detection.
+runtime::TransportOptions TransportFor(const ElasticOptions& options);
 
 }  // namespace elastic::trainer

@@ -1,5 +1,6 @@
 #include "trainer/elastic/elastic_options.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,21 @@ TEST(ElasticOptionsTest, StateCopyAndStepTimeoutBounds) {
   EXPECT_NO_THROW(ValidateElasticOptions(elastic, train));
   elastic.step_timeout = 0.5;
   EXPECT_THROW(ValidateElasticOptions(elastic, train), FlagError);
+}
+
+// Every process of a job talks to the head with these: the timeout the user
+// gave, and a heartbeat every tenth of it.
+TEST(ElasticOptionsTest, TheTransportHeartbeatsEveryTenthOfTheTimeout) {
+  ElasticOptions elastic;
+  runtime::TransportOptions transport = TransportFor(elastic);
+  EXPECT_EQ(transport.heartbeat_timeout, std::chrono::milliseconds(3000));
+  EXPECT_EQ(transport.heartbeat_interval, std::chrono::milliseconds(300));
+  elastic.heartbeat_timeout = 0.5;
+  transport = TransportFor(elastic);
+  EXPECT_EQ(transport.heartbeat_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(transport.heartbeat_interval, std::chrono::milliseconds(50));
+  // What the runtime requires of every transport: the interval below the timeout.
+  EXPECT_LT(transport.heartbeat_interval, transport.heartbeat_timeout);
 }
 
 }  // namespace
