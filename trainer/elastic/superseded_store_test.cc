@@ -31,6 +31,7 @@ class MemoryStore : public runtime::KeyValueStore {
   std::string Wait(const std::string& key, milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
     ++waits_;
+    waited_.notify_all();
     if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; }))
       throw runtime::TimeoutError("timeout waiting for " + key);
     return values_[key];
@@ -39,10 +40,18 @@ class MemoryStore : public runtime::KeyValueStore {
     std::lock_guard<std::mutex> lock(mutex_);
     return waits_;
   }
+  // Blocks until `count` Waits have begun (false after 60 s): a test's other
+  // thread acts once the wait it means to interrupt is under way, not after
+  // a fixed sleep that a loaded machine can outlast before the wait begins.
+  bool AwaitWaits(int count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return waited_.wait_for(lock, std::chrono::seconds(60), [&] { return waits_ >= count; });
+  }
 
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
+  std::condition_variable waited_;
   std::map<std::string, std::string> values_;
   int waits_ = 0;
 };
@@ -62,7 +71,8 @@ TEST(SupersededStoreTest, AKeyThatComesLaterIsWaitedForAcrossSlices) {
   SupersededStore store(
       inner, [] { return false; }, milliseconds(10));
   std::thread writer([&] {
-    std::this_thread::sleep_for(milliseconds(100));
+    // Once the first slice has timed out and the second is waiting.
+    EXPECT_TRUE(inner.AwaitWaits(2));
     inner.Put("late", "v");
   });
   EXPECT_EQ(store.Wait("late", milliseconds(10000)), "v");
@@ -85,7 +95,7 @@ TEST(SupersededStoreTest, ANewerGenerationEndsTheWait) {
   SupersededStore store(
       inner, [&] { return newer.load(); }, milliseconds(10));
   std::thread publisher([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(inner.AwaitWaits(1));  // the wait is under way
     newer.store(true);
   });
   try {
@@ -106,7 +116,7 @@ TEST(SupersededStoreTest, WaitAllReturnsWhatComesAndStopsForANewerGeneration) {
       inner, [&] { return newer.load(); }, milliseconds(10));
   inner.Put("a", "0123");
   std::thread writer([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(inner.AwaitWaits(2));  // "a" was there; the wait for "b" is under way
     inner.Put("b", "4567");
   });
   const std::vector<std::string> values = store.WaitAll({"a", "b"}, milliseconds(10000), {{1, 2}});
@@ -119,8 +129,9 @@ TEST(SupersededStoreTest, WaitAllReturnsWhatComesAndStopsForANewerGeneration) {
     EXPECT_EQ(e.missing(), (std::vector<size_t>{1}));
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   }
+  const int waits = inner.waits();
   std::thread publisher([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(inner.AwaitWaits(waits + 2));  // the wait for "dead" is under way
     newer.store(true);
   });
   EXPECT_THROW(store.WaitAll({"a", "dead"}, std::chrono::hours(1), {}), RendezvousSuperseded);
@@ -136,7 +147,8 @@ TEST(SupersededStoreTest, AllGatherPutsAtOnceWaitsInSlicesAndStopsForANewerGener
       inner, [&] { return newer.load(); }, milliseconds(10));
   std::thread peer([&] {
     EXPECT_EQ(inner.Wait("g3/m/0", milliseconds(10000)), "zero");
-    std::this_thread::sleep_for(milliseconds(50));
+    // Its own Wait, and the AllGather's for rank 0 (put) and rank 1 (under way).
+    EXPECT_TRUE(inner.AwaitWaits(3));
     inner.Put("g3/m/1", "one");
   });
   EXPECT_EQ(store.AllGather("g3/m/", 0, 2, "zero", milliseconds(10000), {}),
@@ -149,8 +161,11 @@ TEST(SupersededStoreTest, AllGatherPutsAtOnceWaitsInSlicesAndStopsForANewerGener
     EXPECT_EQ(e.missing(), (std::vector<size_t>{1, 2}));
     EXPECT_NE(std::string(e.what()).find("within 50 ms"), std::string::npos) << e.what();
   }
+  const int before_gather = inner.waits();
   std::thread publisher([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    // After its put, the wait for rank 0 is under way: a newer generation set
+    // before the AllGather began would stop it before its put.
+    EXPECT_TRUE(inner.AwaitWaits(before_gather + 1));
     newer.store(true);
   });
   EXPECT_THROW(store.AllGather("g5/m/", 1, 2, "one", std::chrono::hours(1), {}),
