@@ -200,7 +200,10 @@ TEST(HeadKvTest, WaitFailsWhenTheHeadGoesAway) {
   auto head = std::make_unique<Head>(HeadOptions{});
   HeadClient client(ClientOf(*head));
   std::thread stopper([&] {
-    std::this_thread::sleep_for(milliseconds(300));
+    // Once the head holds the wait (the only message it gets): a head gone
+    // before the request reached it would test a failed send, not a pending wait.
+    EXPECT_TRUE(
+        testing::WaitUntil([&] { return head->stats().messages_received >= 1; }, seconds(60)));
     head.reset();
   });
   EXPECT_THROW(client.Wait("never", seconds(60)), std::runtime_error);
