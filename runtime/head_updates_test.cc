@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/head.h"
@@ -57,9 +58,25 @@ std::vector<std::pair<uint64_t, bool>> Members(const MembershipUpdate& update) {
   return members;
 }
 
+// The names of the members the head lists, view then pending.
+std::vector<std::string> Names(const MembershipUpdate& update) {
+  std::vector<std::string> names;
+  for (const auto* list : {&update.view.members, &update.pending})
+    for (const MemberInfo& member : *list) names.push_back(member.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Both subscribers' last update is the head's state (generation, members in
-// order, draining flags, names and endpoints).
-void ExpectSubscribersSeeTheHead(Head& head, Subscriber& a, Subscriber& b) {
+// order, draining flags, names and endpoints). The head's state is read once it
+// lists exactly `names`: a client's disconnect reaches the head's loop after
+// the client is gone, and a snapshot taken before would be a state the head
+// is about to leave (the subscribers would rightly show the next one).
+void ExpectSubscribersSeeTheHead(Head& head, Subscriber& a, Subscriber& b,
+                                 std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  ASSERT_TRUE(WaitUntil([&] { return Names(head.Membership()) == names; }, seconds(30)))
+      << "the head never listed the expected members";
   const MembershipUpdate now = head.Membership();
   for (Subscriber* subscriber : {&a, &b}) {
     ASSERT_TRUE(WaitUntil(
@@ -92,24 +109,24 @@ TEST(HeadUpdatesTest, EarlyAndLateSubscribersReadEveryChangeAsTheHeadHasIt) {
   join(node, 7002);
   join(0, 7003);
   Subscriber late(head);  // its snapshot comes in the middle
-  ExpectSubscribersSeeTheHead(head, early, late);
+  ExpectSubscribersSeeTheHead(head, early, late, {"m7001", "m7002", "m7003"});
 
-  agent.ReportDraining(node, "spot notice");  // two records change
-  ExpectSubscribersSeeTheHead(head, early, late);
+  agent.ReportDraining(node, "spot notice");  // two records change (the head replied: done)
+  ExpectSubscribersSeeTheHead(head, early, late, {"m7001", "m7002", "m7003"});
   EXPECT_TRUE(late.last().view.members.at(0).draining);
   EXPECT_FALSE(late.last().view.members.at(2).draining);
 
   members.erase(members.begin() + 1);  // a member goes: ids only
-  ExpectSubscribersSeeTheHead(head, early, late);
+  ExpectSubscribersSeeTheHead(head, early, late, {"m7001", "m7003"});
   join(0, 7004);
-  ExpectSubscribersSeeTheHead(head, early, late);
+  ExpectSubscribersSeeTheHead(head, early, late, {"m7001", "m7003", "m7004"});
 
   // A view in another order, published by the controller.
   std::vector<uint64_t> reversed;
   for (const MemberInfo& member : head.Membership().view.members) reversed.push_back(member.id);
   std::reverse(reversed.begin(), reversed.end());
   head.PublishView(reversed);
-  ExpectSubscribersSeeTheHead(head, early, late);
+  ExpectSubscribersSeeTheHead(head, early, late, {"m7001", "m7003", "m7004"});
   EXPECT_GE(early.updates(), 6);
 }
 
