@@ -442,8 +442,13 @@ TEST(ElasticTest, NodeWithRepeatedFailuresIsBlacklisted) {
         "\\[worker \\d+ pid (\\d+)\\] registered \\(node (\\d+)\\)", std::chrono::seconds(120),
         [](const std::smatch& match) { return IsRunning(std::stoi(match[1])); });
     ASSERT_FALSE(m.empty()) << WithoutProgress(joiner.Output());
-    ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const pid_t victim = std::stoi(m[1]);
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    // Until it is gone: the next search must not find it running and kill it again.
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
+    while (IsRunning(victim) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_FALSE(IsRunning(victim)) << "worker pid " << victim << " outlived SIGKILL";
   }
   ASSERT_FALSE(driver
                    .WaitFor("driver: node \\d+ blacklisted for \\d+ s after 2 worker failures",
