@@ -307,10 +307,10 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
   switch (update.kind) {
     case runtime::MembershipEventKind::kFailed:
       metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
-      Feed(event::Gone{update.member_id, true});
+      Feed(event::Gone{update.member_id, true, update.node_id});
       break;
     case runtime::MembershipEventKind::kLeft:
-      Feed(event::Gone{update.member_id, false});
+      Feed(event::Gone{update.member_id, false, update.node_id});
       break;
     case runtime::MembershipEventKind::kExited:
       Feed(event::Exited{});

@@ -115,7 +115,6 @@ void JobController::OnRegistered(const event::Registered& e) {
   }
   Member& member = members_[e.member];
   member.node = e.node;
-  nodes_[e.member] = e.node;
   member.holds = e.holds;
 }
 
@@ -125,9 +124,10 @@ void JobController::OnGone(const event::Gone& e) {
   // A failure the head reported right after this process stalled may be the
   // stall's doing (the worker saw the head silent): not the node's fault.
   if (!e.failed || e.member == 0 || InStallAftermath()) return;
-  const auto it = nodes_.find(e.member);
-  if (it == nodes_.end() || it->second == 0) return;
-  const uint64_t node = it->second;
+  // The node comes with the head's word of the failure, not from the member's
+  // Registered: a worker that died before its hello was handled counts too.
+  const uint64_t node = e.node;
+  if (node == 0) return;
   const int64_t failures = ++failures_by_node_[node];
   if (failures < config_.blacklist_after) return;
   // A node whose workers keep dying (bad GPU, full disk, flaky network) would

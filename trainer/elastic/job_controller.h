@@ -129,6 +129,10 @@ struct Registered {
 struct Gone {  // left on purpose, or failed (connection lost, silent)
   uint64_t member = 0;
   bool failed = false;
+  // Its node, as the head registered it (0: none, or not known). A failure
+  // counts against this node even when the member's Registered never came:
+  // a worker that dies before the controller handled its hello.
+  uint64_t node = 0;
 };
 struct Exited {};  // a node agent saw a worker process exit
 struct ViewChanged {
@@ -333,8 +337,7 @@ class JobController {
   std::optional<StatePoint> checkpoint_;
   uint32_t recovered_world_ = 0;
   int64_t recovery_wait_ms_ = 0;
-  bool waited_said_ = false;            // said that the newest commit's holders did not come back
-  std::map<uint64_t, uint64_t> nodes_;  // member -> node, of every member seen
+  bool waited_said_ = false;  // said that the newest commit's holders did not come back
 
   std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)
   std::optional<int64_t> stop_committed_at_;  // when rank 0 reported the commit it stopped at

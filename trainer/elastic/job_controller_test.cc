@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,18 @@ class Job {
   // Time passes with no event at all, not even a tick: the controller's
   // process is stopped or starved.
   void Stall(int64_t ms) { now_ += ms; }
-  void Register(uint64_t member, uint64_t node = 1) { Feed(event::Registered{member, node, {}}); }
-  // The head sees member's connection drop: it says so and publishes a view without it.
+  // member registers with the head (on `node`); its hello, which tells the
+  // controller, is still on its way.
+  void Arrive(uint64_t member, uint64_t node = 1) { nodes_[member] = node; }
+  // member registers with the head, and its hello reaches the controller.
+  void Register(uint64_t member, uint64_t node = 1) {
+    Arrive(member, node);
+    Feed(event::Registered{member, node, {}});
+  }
+  // The head sees member's connection drop: it says so (with the member's
+  // node) and publishes a view without it.
   void Kill(uint64_t member) {
-    Feed(event::Gone{member, true});
+    Feed(event::Gone{member, true, nodes_[member]});
     const auto it = std::find(view_.begin(), view_.end(), member);
     if (it == view_.end()) return;
     view_.erase(it);
@@ -107,6 +116,7 @@ class Job {
   int64_t now_ = 0;
   uint64_t generation_ = 0;
   std::vector<uint64_t> view_;
+  std::map<uint64_t, uint64_t> nodes_;  // member -> node, as the head registered them
   std::vector<Action> all_;
   size_t taken_ = 0;
 };
@@ -491,6 +501,32 @@ TEST(JobControllerTest, ANodeWhoseWorkersKeepFailingIsBlacklistedForAWhile) {
   job.Take();
   job.Advance(10000);
   EXPECT_TRUE(Said(job.Take(), "node 2 is no longer blacklisted"));
+}
+
+// Found by a test audit (elastic_test's NodeWithRepeatedFailuresIsBlacklisted
+// failed now and then): a worker's hello reaches the controller some time
+// after the head registered it. Workers that died before their hello was
+// handled counted against no node, and a node whose workers crash right after
+// they start escaped the blacklist. The head's word of the failure names the node.
+TEST(JobControllerTest, AWorkerThatFailsBeforeItsHelloCountsAgainstItsNode) {
+  ControllerConfig config = Config(1);
+  config.blacklist_after = 2;
+  config.blacklist_ms = 10000;
+  Job job = Started(config);
+  job.Arrive(2, /*node=*/2);
+  job.Kill(2);
+  job.Arrive(3, 2);
+  job.Kill(3);
+  EXPECT_TRUE(Said(job.all(), "node 2 blacklisted for 10 s after 2 worker failures"));
+  job.Take();
+  job.Register(4, 2);
+  job.Advance(100);
+  EXPECT_TRUE(Only<action::RequestStop>(job.Take()).empty()) << "node 2's worker is not admitted";
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1}));
+  job.Advance(10000);
+  std::vector<Action> after = job.Take();
+  EXPECT_TRUE(Said(after, "node 2 is no longer blacklisted"));
+  EXPECT_EQ(Only<action::RequestStop>(after).size(), 1u) << "node 2's worker joins";
 }
 
 // Found by spot_chaos_test: the only live worker, on a node with three
