@@ -130,8 +130,8 @@ TEST(ContainerTest, HeadAndTwoWorkerContainersSurviveAStoppedWorker) {
         std::string("--min-workers=1"), std::string("--model=resnet8"),
         std::string("--dataset=fashion-mnist"), "--train-samples=" + std::to_string(kTrainSamples),
         std::string("--test-samples=500"), "--epochs=" + std::to_string(kEpochs),
-        std::string("--batch-size=32"), std::string("--lr=0.05"), std::string("--seed=1"),
-        std::string("--loader-threads=1"), std::string("--commit-every=8"),
+        std::string("--batch-size=32"), std::string("--lr=0.05"), std::string("--warmup-epochs=0"),
+        std::string("--seed=1"), std::string("--loader-threads=1"), std::string("--commit-every=8"),
         std::string("--log-samples=/job/samples"), std::string("--checkpoint-dir=/job/checkpoint")})
     run.push_back(arg);
   cleanup.Add(head);

@@ -29,6 +29,7 @@ std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs
           "--epochs=" + std::to_string(epochs),
           "--batch-size=32",
           "--lr=0.05",
+          "--warmup-epochs=0",
           "--seed=1",
           "--loader-threads=1",
           "--log-every=1",

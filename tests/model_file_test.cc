@@ -102,8 +102,8 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
       {kCifar, "--workers=2", "--model-file=" + dir + "/" + r.arch + ".pt",
        "--data-dir=" + CifarDir(), "--train-samples=" + std::to_string(r.train_samples),
        "--test-samples=" + std::to_string(r.test_samples), "--epochs=" + std::to_string(r.epochs),
-       "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr, "--precision=fp32",
-       "--commit-every=4", "--log-every=1", "--loader-threads=1",
+       "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr, "--warmup-epochs=0",
+       "--precision=fp32", "--commit-every=4", "--log-every=1", "--loader-threads=1",
        "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
        "--token-file=" + dir + "/token"},
       dir + "/driver.log");
@@ -171,6 +171,7 @@ TEST(ScriptedResNet18Test, TakesTheZoosStepsFromTheSameWeights) {
                                            "--epochs=1",
                                            "--batch-size=64",
                                            "--lr=0.02",
+                                           "--warmup-epochs=0",
                                            "--precision=fp32",
                                            "--log-every=1",
                                            "--memory-format=channels-last",

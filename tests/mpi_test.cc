@@ -52,6 +52,7 @@ std::vector<std::string> TrainFlags(int epochs) {
           "--test-samples=2000",
           "--epochs=" + std::to_string(epochs),
           "--seed=1",
+          "--warmup-epochs=0",
           "--loader-threads=1",
           "--log-every=16"};
 }

@@ -26,8 +26,8 @@ void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string&
   const std::string dir = FreshTempDir("preempt-" + kind);
   Process driver(
       {kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-       "--test-samples=500", "--epochs=6", "--batch-size=32", "--lr=0.05", "--seed=1",
-       "--loader-threads=1", "--commit-every=8", "--token-file=" + dir + "/token"},
+       "--test-samples=500", "--epochs=6", "--batch-size=32", "--lr=0.05", "--warmup-epochs=0",
+       "--seed=1", "--loader-threads=1", "--commit-every=8", "--token-file=" + dir + "/token"},
       dir + "/driver.log");
   const std::smatch port =
       driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));

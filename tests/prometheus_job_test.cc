@@ -208,12 +208,12 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   const double job_start = UnixNow();
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
   // after the joiners took effect, however long they took to start.
-  Process driver(
-      {kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-       "--test-samples=1000", "--epochs=30", "--batch-size=32", "--lr=0.05", "--seed=1",
-       "--loader-threads=1", "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
-       "--token-file=" + dir + "/token", "--run-dir=" + dir + "/run"},
-      dir + "/driver.log");
+  Process driver({kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist",
+                  "--train-samples=2048", "--test-samples=1000", "--epochs=30", "--batch-size=32",
+                  "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1",
+                  "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
+                  "--token-file=" + dir + "/token", "--run-dir=" + dir + "/run"},
+                 dir + "/driver.log");
   const std::smatch listen =
       driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(120));
   ASSERT_FALSE(listen.empty()) << driver.Output();

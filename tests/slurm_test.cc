@@ -179,8 +179,8 @@ class SlurmTest : public ::testing::Test {
             "--min-workers=1", "--metrics-port=0", "--run-dir=" + dir + "/run", "--model=resnet8",
             "--dataset=fashion-mnist", "--train-samples=" + std::to_string(kTrainSamples),
             "--test-samples=500", "--epochs=" + std::to_string(epochs), "--batch-size=32",
-            "--lr=0.05", "--seed=1", "--loader-threads=1", "--log-every=4", "--commit-every=8",
-            "--log-samples=" + samples},
+            "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1", "--log-every=4",
+            "--commit-every=8", "--log-samples=" + samples},
         log + ".sbatch");
   }
 

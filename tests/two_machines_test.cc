@@ -267,13 +267,14 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
 
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
   // after machine B's workers took effect, however long they took to start.
-  Process driver(a.Command({kBinary, "--workers=2", "--listen=" + a.address, "--port=0",
-                            "--token-file=" + dir + "/token", "--metrics-port=0",
-                            "--run-dir=" + dir + "/run", "--checkpoint-dir=" + dir + "/checkpoint",
-                            "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-                            "--test-samples=1000", "--epochs=30", "--batch-size=32", "--lr=0.05",
-                            "--seed=1", "--loader-threads=1", "--log-every=1"}),
-                 dir + "/machine-a.log");
+  Process driver(
+      a.Command({kBinary, "--workers=2", "--listen=" + a.address, "--port=0",
+                 "--token-file=" + dir + "/token", "--metrics-port=0", "--run-dir=" + dir + "/run",
+                 "--checkpoint-dir=" + dir + "/checkpoint", "--model=resnet8",
+                 "--dataset=fashion-mnist", "--train-samples=2048", "--test-samples=1000",
+                 "--epochs=30", "--batch-size=32", "--lr=0.05", "--warmup-epochs=0", "--seed=1",
+                 "--loader-threads=1", "--log-every=1"}),
+      dir + "/machine-a.log");
   signal_teardown::AddProcessGroup(driver.pid());
   const std::smatch listen = driver.WaitFor(
       "head listening on " + std::regex_replace(a.address, std::regex("\\."), "\\.") + ":(\\d+)",

@@ -56,6 +56,7 @@ double Train(const std::string& dir, const std::string& name, std::vector<std::s
                                    "--epochs=" + std::to_string(kEpochs),
                                    "--batch-size=32",
                                    "--lr=0.05",
+                                   "--warmup-epochs=0",
                                    "--loader-threads=1",
                                    "--log-every=1000",
                                    "--log-samples=" + dir + "/" + name + "-samples"};

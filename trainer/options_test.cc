@@ -40,6 +40,8 @@ TEST(FlagsTest, DefaultsArePytorchCifarRecipe) {
   EXPECT_DOUBLE_EQ(o.weight_decay, 5e-4);
   EXPECT_EQ(o.schedule, "cosine");
   EXPECT_EQ(o.epochs, 200);
+  // Not pytorch-cifar's: its rate from the first step diverged (docs/training.md).
+  EXPECT_DOUBLE_EQ(o.warmup_epochs, 5);
   EXPECT_NO_THROW(ValidateTrainOptions(o, kModels));
 }
 

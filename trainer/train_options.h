@@ -41,7 +41,7 @@ struct TrainOptions {
 
   // Learning-rate schedule.
   std::string schedule = "cosine";
-  double warmup_epochs = 0;
+  double warmup_epochs = 5;  // the rate's linear rise from 0 (docs/training.md)
   int64_t step_size = 30;
   double gamma = 0.1;
   int64_t plateau_patience = 5;
