@@ -65,14 +65,19 @@ def run_ddp(args, seed, log):
                *recipe(args, seed)]
     command += args.ddp_flag
     output = run(command, log, env={"OMP_NUM_THREADS": "1"})
-    accuracies = []
+    return [result["test_accuracy"] for result in ddp_epoch_results(output)]
+
+
+def ddp_epoch_results(output):
+    """The peer's per-epoch RESULT lines (bench/ddp_peer.py), as dicts."""
+    results = []
     for line in output.splitlines():
         at = line.find("RESULT {")
         if at >= 0:
             result = json.loads(line[at + len("RESULT "):])
             if result.get("kind") == "epoch":
-                accuracies.append(result["test_accuracy"])
-    return accuracies
+                results.append(result)
+    return results
 
 
 def run(command, log, env=None):
@@ -84,7 +89,8 @@ def run(command, log, env=None):
     with open(log) as f:
         output = f.read()
     if code != 0:
-        sys.exit(f"accuracy_bench: {command[0]} exited {code}; its output is in {log}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {command[0]} exited {code}; its output is in "
+                 f"{log}")
     return output
 
 

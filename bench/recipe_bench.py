@@ -25,12 +25,10 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's python3-torch
+from accuracy_bench import PYTHON, ROOT, ddp_epoch_results, load, run
 TRAIN_IMAGES = 4068  # the subset's training set; --train-images for another
 OUR_EPOCH = re.compile(
     r"^epoch (\d+)/\d+ world \d+ \|.*\| test loss ([0-9.e+naif-]+) acc ([0-9.]+)%", re.MULTILINE)
@@ -69,34 +67,7 @@ def run_ddp(args, seed, world, extra, log):
                os.path.join(ROOT, "bench", "ddp_peer.py"), "--data-dir", args.data_dir,
                *recipe(args, seed, world), *extra]
     output = run(command, log, env={"OMP_NUM_THREADS": str(args.threads)})
-    epochs = []
-    for line in output.splitlines():
-        at = line.find("RESULT {")
-        if at >= 0:
-            result = json.loads(line[at + len("RESULT "):])
-            if result.get("kind") == "epoch":
-                epochs.append((result["epoch"], result["test_loss"], result["test_accuracy"]))
-    return epochs
-
-
-def run(command, log, env=None):
-    with open(log, "w") as out:
-        out.write(" ".join(command) + "\n")
-        out.flush()
-        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})})
-    with open(log) as f:
-        output = f.read()
-    if code != 0:
-        sys.exit(f"recipe_bench: {command[0]} exited {code}; its output is in {log}")
-    return output
-
-
-def load(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [(r["epoch"], r["test_loss"], r["test_accuracy"]) for r in ddp_epoch_results(output)]
 
 
 def parse_list(text):
@@ -217,7 +188,8 @@ def main():
             top = max(finished)
             gap = (rows[top]["epochs"][-1]["test_accuracy"] -
                    rows[1]["epochs"][-1]["test_accuracy"]) * 100
-            line += f"; final accuracy at world {top} minus world 1: {gap:+.2f} points"
+            line += (f"; accuracy after epoch {args.run_epochs} at world {top} minus world 1: "
+                     f"{gap:+.2f} points")
         headline.append(line)
     print()
     for line in headline:
