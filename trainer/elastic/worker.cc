@@ -664,6 +664,32 @@ int Worker::Run() {
   }
 }
 
+// Asks the controller for the job's spec until `within` has passed. One try
+// fails when this machine stalls past the transport's connect timeout (a 6-s
+// stall of a loaded 2-core machine did), and a worker that gave up at its
+// start would leave the job a worker short.
+std::string AskForJobSpec(runtime::ActorSystem& actors, const runtime::Endpoint& controller,
+                          std::chrono::milliseconds within) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + within;
+  constexpr std::chrono::milliseconds kPause(250);
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      return actors.Remote(kControllerActor, controller)
+          .Ask(kControlCall, SpecRequest(), left)
+          .get();
+    } catch (const std::exception& e) {
+      if (Clock::now() + kPause >= deadline) throw;
+      std::fprintf(stderr,
+                   "[worker pid %d] asking the job controller for the job's spec again: %s\n",
+                   static_cast<int>(::getpid()), e.what());
+      std::this_thread::sleep_for(kPause);
+    }
+  }
+}
+
 }  // namespace
 
 int RunWorker(const JobProgram& program) {
@@ -689,9 +715,7 @@ int RunWorker(const JobProgram& program) {
     const runtime::Endpoint controller =
         ControllerEndpoint(head->LookupActor(kControllerActor, std::chrono::seconds(60)), env);
     // The job's flags, the same for every worker wherever it was started.
-    const std::string spec = actors->Remote(kControllerActor, controller)
-                                 .Ask(kControlCall, SpecRequest(), std::chrono::seconds(60))
-                                 .get();
+    const std::string spec = AskForJobSpec(*actors, controller, std::chrono::seconds(60));
     MessageBytes bytes(spec, "job spec");
     TrainOptions train = program.defaults;
     ElasticOptions elastic;
