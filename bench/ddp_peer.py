@@ -133,24 +133,58 @@ class IndexSet:
 
 
 def evaluate(model, images, labels, rank, world, batch_size, args):
-    """Each rank evaluates its shard; the sums are all-reduced (as ours does)."""
+    """Each rank evaluates its shard with rank 0's batch-norm statistics (what
+    evaluating through the DDP wrapper does: its forward broadcasts rank 0's
+    buffers; ours broadcasts them before evaluating); the sums are all-reduced."""
     model.eval()
+    if world > 1:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, 0)
     correct = torch.zeros(3, dtype=torch.float64)  # correct, loss sum, count
     with torch.no_grad():
         for start in range(rank * batch_size, images.shape[0], world * batch_size):
             x = (images[start:start + batch_size].float().div_(255) - MEAN) / STD
             y = labels[start:start + batch_size]
-            x = x.contiguous(memory_format=memory_format(args))
+            x = x.to(weight_type(args)).contiguous(memory_format=memory_format(args))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-                out = model(x).float()
+                out = widened(model(x))
             correct[0] += (out.argmax(1) == y).sum().item()
             correct[1] += F.cross_entropy(out, y, reduction="sum").item()
             correct[2] += y.numel()
     if world > 1:
         dist.all_reduce(correct)
     model.train()
-    count = max(correct[2].item(), 1)
-    return correct[0].item() / count, correct[1].item() / count
+    return correct
+
+
+def weight_type(args):
+    return torch.float64 if args.precision == "fp64" else torch.float32
+
+
+def widened(out):
+    """Losses in float32 at least: bf16 outputs widened, fp64's kept (as ours)."""
+    return out if out.dtype == torch.float64 else out.float()
+
+
+def write_trace(path, tensors):
+    """One file of --trace-dir, whole or not at all."""
+    tmp = f"{path}.tmp"
+    torch.save(tensors, tmp)
+    os.replace(tmp, path)
+
+
+def trace_step(args, rank, step, loss, lr, model, optimizer):
+    """What ours writes with --trace-dir (trainer/state_trace.h), after the update."""
+    tensors = {"loss": torch.tensor(loss, dtype=torch.float64),
+               "lr": torch.tensor(lr, dtype=torch.float64)}
+    for name, p in model.named_parameters():
+        tensors["param/" + name] = p.detach().clone()
+        momentum = optimizer.state.get(p, {}).get("momentum_buffer")
+        if momentum is not None:
+            tensors["momentum/" + name] = momentum.clone()
+    for name, b in model.named_buffers():
+        tensors["buffer/" + name] = b.clone()
+    write_trace(os.path.join(args.trace_dir, f"rank{rank}", f"step{step}.pt"), tensors)
 
 
 def save_checkpoint(path, state):
@@ -184,8 +218,9 @@ def parse_args(argv=None):
     parser.add_argument("--no-eval", action="store_true", help="skip the test set")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                        help="bf16: torch.autocast('cpu', torch.bfloat16) over forward and loss")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp64"],
+                        help="bf16: torch.autocast('cpu', torch.bfloat16) over forward and loss; "
+                             "fp64: model, inputs and loss in float64 (as ours' --precision=fp64)")
     parser.add_argument("--memory-format", default="contiguous",
                         choices=["contiguous", "channels-last"])
     parser.add_argument("--checkpoint", default="",
@@ -198,6 +233,9 @@ def parse_args(argv=None):
     parser.add_argument("--augmentation", default="torch", choices=["torch", "elastic"],
                         help="ablation: crop and flip from a torch.Generator per (seed, epoch, "
                              "rank), or ours (elastic: the hash of (seed, epoch, sample))")
+    parser.add_argument("--trace-dir", default="",
+                        help="write every step's and evaluation's state as ours' --trace-dir "
+                             "does (trainer/state_trace.h), for bench/float64_check.py")
     parser.add_argument("--step-lines", action="store_true",
                         help="print a STEP line after every step (for restart timing)")
     args = parser.parse_args(argv)
@@ -240,7 +278,9 @@ def main():
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if count != PARAMETERS[args.model]:
         sys.exit(f"ddp_peer: {args.model} has {count} parameters, expected {PARAMETERS[args.model]}")
-    model = model.to(memory_format=memory_format(args))
+    model = model.to(dtype=weight_type(args), memory_format=memory_format(args))
+    if args.trace_dir:
+        os.makedirs(os.path.join(args.trace_dir, f"rank{rank}"), exist_ok=True)
     images, labels = load_cifar10(args.data_dir)
     if args.train_samples > 0:
         images, labels = images[:args.train_samples], labels[:args.train_samples]
@@ -291,17 +331,20 @@ def main():
             for group in optimizer.param_groups:
                 group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs,
                                         args.warmup_epochs)
-            x = x.contiguous(memory_format=memory_format(args))
+            x = x.to(weight_type(args)).contiguous(memory_format=memory_format(args))
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 out = ddp(x)
-                loss = F.cross_entropy(out.float(), y)
+                loss = F.cross_entropy(widened(out), y)
             loss.backward()
             optimizer.step()
             loss_sum += loss.item() * y.numel()
             correct += (out.argmax(1) == y).sum().item()
             images_seen += y.numel() * world
             step += 1
+            if args.trace_dir:
+                trace_step(args, rank, step, loss.item(), optimizer.param_groups[0]["lr"], model,
+                           optimizer)
             if args.step_lines:
                 # The world's mean loss of this step (ours prints the epoch's running mean).
                 step_loss = torch.tensor([loss.item() * y.numel(), float(y.numel())],
@@ -321,8 +364,12 @@ def main():
         if args.no_eval:
             accuracy, test_loss = float("nan"), float("nan")
         else:
-            accuracy, test_loss = evaluate(model, test_images, test_labels, rank, world,
-                                           args.batch_size, args)
+            sums = evaluate(model, test_images, test_labels, rank, world, args.batch_size, args)
+            count = max(sums[2].item(), 1)
+            accuracy, test_loss = sums[0].item() / count, sums[1].item() / count
+            if args.trace_dir:
+                write_trace(os.path.join(args.trace_dir, f"rank{rank}", f"eval{epoch + 1}.pt"),
+                            {"loss_sum": sums[1], "hits": sums[0], "count": sums[2]})
         epoch_seconds = time.time() - epoch_start
         rate = images_seen / train_seconds if train_seconds > 0 else 0.0
         seen_here = max(images_seen // world, 1)

@@ -44,14 +44,37 @@ void SetAutocastDtype(at::DeviceType type, at::ScalarType dtype) {
 
 namespace {
 
+bool Autocasts(Precision precision) {
+  return precision == Precision::kBFloat16 || precision == Precision::kFloat16;
+}
+
 at::ScalarType AutocastType(Precision precision) {
   return precision == Precision::kFloat16 ? at::kHalf : at::kBFloat16;
 }
 
 }  // namespace
 
+torch::Dtype WeightType(Precision precision) {
+  return precision == Precision::kFloat64 ? torch::kDouble : torch::kFloat;
+}
+
+torch::Tensor InWeightType(const torch::Tensor& inputs, Precision precision) {
+  const torch::Dtype type = WeightType(precision);
+  return inputs.is_floating_point() && inputs.scalar_type() != type ? inputs.to(type) : inputs;
+}
+
+void ToWeightType(torch::nn::Module& model, torch::Dtype type) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : model.parameters()) {
+    if (p.is_floating_point() && p.scalar_type() != type) p.set_data(p.data().to(type));
+  }
+  for (torch::Tensor& b : model.buffers()) {
+    if (b.is_floating_point() && b.scalar_type() != type) b.set_data(b.data().to(type));
+  }
+}
+
 void CheckAutocastSupported(const torch::Device& device, Precision precision) {
-  if (precision == Precision::kFloat32) return;
+  if (!Autocasts(precision)) return;
   const std::string what = std::string("--precision=") + PrecisionName(precision);
   if (!device.is_cpu() && !device.is_cuda()) {
     throw std::runtime_error(what + ": autocast is supported on CPU and CUDA only, not on " +
@@ -130,9 +153,7 @@ CpuFeatures DetectCpuFeaturesFor(const std::string& requested, bool cuda) {
 }
 
 AutocastScope::AutocastScope(const torch::Device& device, Precision precision)
-    : cuda_(device.is_cuda()),
-      enabled_(precision != Precision::kFloat32),
-      dtype_(AutocastType(precision)) {
+    : cuda_(device.is_cuda()), enabled_(Autocasts(precision)), dtype_(AutocastType(precision)) {
   if (!enabled_) return;
   const at::DeviceType type = cuda_ ? at::kCUDA : at::kCPU;
   previous_ = AutocastEnabled(type);

@@ -8,6 +8,7 @@
 // float32's range, so no scaling is needed. Which precision: precision.h.
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/types.h>
@@ -23,6 +24,18 @@ namespace elastic::trainer {
 // Throws std::runtime_error when this LibTorch cannot autocast to
 // `precision` on `device` (fp16 on a CPU, a device without autocast).
 void CheckAutocastSupported(const torch::Device& device, Precision precision);
+
+// The type of weights, gradients and inputs: float64 under fp64, float32 under
+// every other precision (autocast lowers the arithmetic, not the weights).
+torch::Dtype WeightType(Precision precision);
+
+// Floating-point inputs in the weights' type; other inputs (token ids) as they are.
+torch::Tensor InWeightType(const torch::Tensor& inputs, Precision precision);
+
+// The floating-point parameters and buffers of `model` in `type`, each the same
+// autograd variable as before (integer buffers such as batch norm's counter
+// keep theirs, as PyTorch's Module.double() does).
+void ToWeightType(torch::nn::Module& model, torch::Dtype type);
 
 // The largest relative error (norm of the difference over fp32's norm) of a
 // bf16-autocast 3x3 convolution's output, input gradient and weight gradient

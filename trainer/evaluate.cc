@@ -19,7 +19,7 @@ EvalResult Evaluate(models::Net& model, Loader& loader, const std::vector<int64_
     torch::Tensor output;
     {
       AutocastScope autocast(device, precision);
-      output = model.forward(batch->inputs.to(device));
+      output = model.forward(InWeightType(batch->inputs.to(device), precision));
     }
     objective.Evaluate(output, batch->targets.to(device), result);
   }

@@ -107,6 +107,7 @@ Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, tor
   if (!objective_)
     objective_ = std::make_shared<Classification>(options_.num_classes, options_.label_smoothing);
   model_->to(device_);
+  ToWeightType(*model_, WeightType(options_.precision));
   if (options_.channels_last) ToChannelsLast(*model_);
   params_ = model_->parameters();
   optimizer_ = MakeOptimizer(params_, options_.optimizer);
@@ -130,7 +131,8 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
 
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const MicroBatch& micro = micro_batches[i];
-    torch::Tensor x = micro.inputs.to(device_, /*non_blocking=*/true);
+    torch::Tensor x =
+        InWeightType(micro.inputs.to(device_, /*non_blocking=*/true), options_.precision);
     // Nothing to do for a loader that builds channels-last batches.
     if (options_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor y = micro.targets.to(device_, /*non_blocking=*/true);

@@ -130,6 +130,7 @@ class Learner {
   const torch::Device& device() const { return device_; }
   const LrSchedule& schedule() const { return schedule_; }
   const Objective& objective() const { return *objective_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
 
  private:
   std::shared_ptr<models::Net> model_;

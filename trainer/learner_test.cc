@@ -246,6 +246,42 @@ TEST(LearnerTest, Bf16OnCpuTrainsWithFloat32Weights) {
   for (const auto& p : learner->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
 }
 
+TEST(LearnerTest, Fp64TrainsInFloat64AndItsStateRestoresBitForBit) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.precision = Precision::kFloat64;
+  auto learner = MakeLearner(1, o);
+  const StepStats first = learner->Step(data.inputs[0], data.targets[0], 1.0);
+  double last = first.loss_sum;
+  for (int i = 0; i < 15; ++i) last = learner->Step(data.inputs[0], data.targets[0], 1.0).loss_sum;
+  EXPECT_LT(last, first.loss_sum * 0.5);
+  for (const auto& p : learner->parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kDouble);
+    const auto state = learner->optimizer().StateOf(p);
+    ASSERT_EQ(state.count("momentum"), 1u);
+    EXPECT_EQ(state.at("momentum").scalar_type(), torch::kDouble);
+  }
+  // Batch norm's step counter stays an integer, as Module.double() leaves it.
+  for (const auto& b : learner->model().named_buffers()) {
+    if (b.key().find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(b.value().scalar_type(), torch::kLong) << b.key();
+    } else {
+      EXPECT_EQ(b.value().scalar_type(), torch::kDouble) << b.key();
+    }
+  }
+  auto restored = MakeLearner(2, o);
+  restored->RestoreState(learner->CaptureState());
+  ExpectSameWeights(*learner, *restored);
+  // An fp32 run cannot take an fp64 state: the error names the tensor's type.
+  auto fp32 = MakeLearner(1);
+  try {
+    fp32->RestoreState(learner->CaptureState());
+    FAIL() << "an fp64 state must not load into an fp32 model";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Double"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LearnerTest, Fp16OnCpuIsRefusedNamingThePrecision) {
   LearnerOptions o = SmallOptions();
   o.precision = Precision::kFloat16;

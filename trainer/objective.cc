@@ -6,6 +6,15 @@
 #include <stdexcept>
 
 namespace elastic::trainer {
+namespace {
+
+// Losses are computed in float32 at least: autocast's bf16/fp16 outputs are
+// widened, fp64's are kept.
+torch::Tensor Widened(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kDouble ? t : t.to(torch::kFloat);
+}
+
+}  // namespace
 
 double EvalResult::ClassAccuracy(int64_t label) const {
   const int64_t n = class_count.at(label);
@@ -62,7 +71,7 @@ void Objective::Evaluate(const torch::Tensor& output, const torch::Tensor& targe
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
                            double label_smoothing) {
   namespace F = torch::nn::functional;
-  return F::cross_entropy(logits.to(torch::kFloat), labels,
+  return F::cross_entropy(Widened(logits), labels,
                           F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
 }
 
@@ -85,7 +94,7 @@ void Classification::Evaluate(const torch::Tensor& output, const torch::Tensor& 
     throw std::invalid_argument("Classification: the output has not one column per class");
   if (result.class_count.size() != static_cast<size_t>(num_classes_))
     throw std::invalid_argument("Classification: the result is not of this many classes");
-  const torch::Tensor logits = output.to(torch::kFloat);
+  const torch::Tensor logits = Widened(output);
   const torch::Tensor labels_cpu = target.to(torch::kCPU, torch::kLong);
   result.loss_sum += torch::nn::functional::cross_entropy(
                          logits, target.to(logits.device()),
@@ -107,14 +116,13 @@ void Classification::Evaluate(const torch::Tensor& output, const torch::Tensor& 
 }
 
 torch::Tensor Regression::Loss(const torch::Tensor& output, const torch::Tensor& target) const {
-  return torch::mse_loss(output.to(torch::kFloat), target.to(torch::kFloat).view_as(output));
+  const torch::Tensor widened = Widened(output);
+  return torch::mse_loss(widened, target.to(widened.scalar_type()).view_as(output));
 }
 
 double Regression::MetricSum(const torch::Tensor& output, const torch::Tensor& target) const {
-  return (output.to(torch::kFloat) - target.to(torch::kFloat).view_as(output))
-             .abs()
-             .sum()
-             .item<double>() /
+  const torch::Tensor widened = Widened(output);
+  return (widened - target.to(widened.scalar_type()).view_as(output)).abs().sum().item<double>() /
          static_cast<double>(output.numel() / std::max<int64_t>(1, output.size(0)));
 }
 

@@ -9,6 +9,16 @@
 namespace elastic::trainer {
 namespace {
 
+std::map<std::string, torch::Tensor> NamedState(const torch::optim::OptimizerParamState& state) {
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    return {{"momentum", sgd->momentum_buffer()}};
+  }
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
+    return {{"exp_avg", adam->exp_avg()}, {"exp_avg_sq", adam->exp_avg_sq()}};
+  }
+  return {};
+}
+
 // A LibTorch optimizer behind our interface. `kind` is written into the
 // archive so that loading SGD state into Adam fails with a clear message.
 template <typename TorchOptimizer, typename TorchOptions>
@@ -41,6 +51,12 @@ class TorchOptimizerAdapter : public Optimizer {
     torch::serialize::InputArchive inner;
     archive.read("torch", inner);
     optimizer_.load(inner);
+  }
+  std::map<std::string, torch::Tensor> StateOf(const torch::Tensor& param) const override {
+    // LibTorch keys a parameter's state by the address of its TensorImpl.
+    const auto& states = optimizer_.state();
+    const auto it = states.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+    return it == states.end() ? std::map<std::string, torch::Tensor>{} : NamedState(*it->second);
   }
 
  private:
@@ -90,6 +106,14 @@ void Lookahead::Step() {
     slow_[i].add_(params_[i] - slow_[i], alpha_);
     params_[i].copy_(slow_[i]);
   }
+}
+
+std::map<std::string, torch::Tensor> Lookahead::StateOf(const torch::Tensor& param) const {
+  std::map<std::string, torch::Tensor> state = inner_->StateOf(param);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].is_same(param)) state["slow"] = slow_[i];
+  }
+  return state;
 }
 
 void Lookahead::Save(torch::serialize::OutputArchive& archive) const {

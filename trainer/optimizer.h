@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ class Optimizer {
   virtual void Save(torch::serialize::OutputArchive& archive) const = 0;
   // Throws if the archive holds another optimizer's state.
   virtual void Load(torch::serialize::InputArchive& archive) = 0;
+  // The state this optimizer keeps for `param`, by name ("momentum"; Adam's
+  // "exp_avg" and "exp_avg_sq"; Lookahead's "slow"): empty before its first step.
+  virtual std::map<std::string, torch::Tensor> StateOf(const torch::Tensor& param) const = 0;
 };
 
 // SGD or Adam over `params`, wrapped in Lookahead when options.lookahead.
@@ -59,6 +63,7 @@ class Lookahead : public Optimizer {
   void SetLearningRate(double lr) override { inner_->SetLearningRate(lr); }
   void Save(torch::serialize::OutputArchive& archive) const override;
   void Load(torch::serialize::InputArchive& archive) override;
+  std::map<std::string, torch::Tensor> StateOf(const torch::Tensor& param) const override;
 
   int64_t fast_steps() const { return fast_steps_; }
   const std::vector<torch::Tensor>& slow_weights() const { return slow_; }

@@ -30,6 +30,8 @@ const char* PrecisionName(Precision precision) {
       return "bf16";
     case Precision::kFloat16:
       return "fp16";
+    case Precision::kFloat64:
+      return "fp64";
   }
   return "?";
 }
@@ -59,7 +61,7 @@ std::string DescribeCpu(const CpuFeatures& cpu) {
   return "no bf16 instructions";
 }
 
-std::vector<std::string> PrecisionValues() { return {"auto", "fp32", "bf16", "fp16"}; }
+std::vector<std::string> PrecisionValues() { return {"auto", "fp32", "bf16", "fp16", "fp64"}; }
 
 namespace {
 
@@ -98,6 +100,9 @@ PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const C
     return {Precision::kFloat32, "auto: this CPU has no AMX-BF16 or AVX512-BF16"};
   }
   if (requested == "fp32") return {Precision::kFloat32, "--precision=fp32"};
+  if (requested == "fp64") {
+    return {Precision::kFloat64, "--precision=fp64: float64 throughout, for step-for-step checks"};
+  }
   if (requested == "bf16") {
     if (cuda) return {Precision::kBFloat16, "--precision=bf16"};
     if (Bf16ConvolutionsWrong(cpu)) {
@@ -119,13 +124,15 @@ PrecisionChoice ChoosePrecision(const std::string& requested, bool cuda, const C
     }
     return {Precision::kFloat16, "--precision=fp16"};
   }
-  throw FlagError("--precision: unknown value '" + requested + "' (auto, fp32, bf16 or fp16)");
+  throw FlagError("--precision: unknown value '" + requested +
+                  "' (auto, fp32, bf16, fp16 or fp64)");
 }
 
 std::vector<std::string> MemoryFormatValues() { return {"auto", "contiguous", "channels-last"}; }
 
-bool ChooseChannelsLast(const std::string& requested, bool model_prefers_channels_last) {
-  if (requested == "auto") return model_prefers_channels_last;
+bool ChooseChannelsLast(const std::string& requested, bool model_prefers_channels_last,
+                        Precision precision) {
+  if (requested == "auto") return model_prefers_channels_last && precision != Precision::kFloat64;
   if (requested == "contiguous") return false;
   if (requested == "channels-last") return true;
   throw FlagError("--memory-format: unknown value '" + requested +

@@ -1,6 +1,7 @@
 // The arithmetic of the training step: the precision autocast computes in and
 // the memory format of images and convolution weights. Master weights,
-// gradients, their allreduce and checkpoints stay float32 whatever is chosen.
+// gradients, their allreduce and checkpoints stay float32 whatever is chosen,
+// except under fp64, where everything is float64.
 //
 // The defaults are decided here, as pure functions of what the machine can do,
 // so a run says what it chose and why, and tests pin the rules without a CPU
@@ -16,9 +17,13 @@ enum class Precision {
   kFloat32,
   kBFloat16,  // autocast to bfloat16 (float32's range: no loss scaling)
   kFloat16,   // CUDA only: autocast to float16 with dynamic loss scaling
+  // Weights, activations, gradients, their allreduce, optimizer state and
+  // checkpoints in float64: a run whose rounding is far below any difference
+  // of method, to compare step for step with another trainer (bench/float64_check.py).
+  kFloat64,
 };
 
-// "fp32", "bf16", "fp16".
+// "fp32", "bf16", "fp16", "fp64".
 const char* PrecisionName(Precision precision);
 
 // What this CPU runs natively, from cpuid and the OS's enabled register state.
@@ -60,9 +65,11 @@ bool NeedsBf16Check(const std::string& requested, bool cuda, const CpuFeatures& 
 std::vector<std::string> PrecisionValues();
 
 // --memory-format: auto picks channels-last for the models where it was
-// measured faster at `precision` (models/registry.h, PrefersChannelsLast);
-// contiguous / channels-last force it. Throws FlagError for an unknown value.
-bool ChooseChannelsLast(const std::string& requested, bool model_prefers_channels_last);
+// measured faster (models/registry.h, PrefersChannelsLast), and contiguous
+// under fp64 (ATen's reference kernels); contiguous / channels-last force it.
+// Throws FlagError for an unknown value.
+bool ChooseChannelsLast(const std::string& requested, bool model_prefers_channels_last,
+                        Precision precision = Precision::kFloat32);
 std::vector<std::string> MemoryFormatValues();
 
 }  // namespace elastic::trainer

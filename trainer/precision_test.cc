@@ -100,6 +100,14 @@ TEST(PrecisionTest, MemoryFormatAutoFollowsTheModelAndCanBeForced) {
   EXPECT_FALSE(ChooseChannelsLast("contiguous", true));
 }
 
+TEST(PrecisionTest, Fp64IsAChoiceOnEveryDeviceAndMakesAutoContiguous) {
+  EXPECT_EQ(ChoosePrecision("fp64", false, kNoBf16).precision, Precision::kFloat64);
+  EXPECT_EQ(ChoosePrecision("fp64", true, kAmx).precision, Precision::kFloat64);
+  EXPECT_FALSE(NeedsBf16Check("fp64", false, kAmx));
+  EXPECT_FALSE(ChooseChannelsLast("auto", true, Precision::kFloat64));
+  EXPECT_TRUE(ChooseChannelsLast("channels-last", true, Precision::kFloat64));
+}
+
 // cpuid as the kernel reports it: the flags line of /proc/cpuinfo (which
 // also reflects what the OS enabled).
 TEST(PrecisionTest, DetectionAgreesWithProcCpuinfo) {

@@ -78,8 +78,10 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "other CPUs and on CUDA. bf16: bfloat16 autocast; refused where LibTorch's bf16 "
               "convolutions are wrong (measured at start: AVX2-only CPUs), emulated and slow "
               "on other CPUs without those instructions. fp16: float16 autocast with dynamic "
-              "loss scaling, CUDA only.",
-              {"auto", "fp32", "bf16", "fp16"});
+              "loss scaling, CUDA only. fp64: everything in float64 (weights, activations, "
+              "gradients, allreduce, optimizer state, checkpoints), contiguous, no fused "
+              "kernels: slow, for comparing runs step for step (bench/float64_check.py).",
+              {"auto", "fp32", "bf16", "fp16", "fp64"});
   f.AddString("memory-format", &o.memory_format,
               "Memory format of images and convolution weights. auto: channels-last for the "
               "models measured faster with it (--list-models shows which), contiguous for the "
@@ -91,6 +93,11 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddInt("checkpoint-every", &o.checkpoint_every, "Epochs between checkpoints.");
   f.AddBool("resume", &o.resume,
             "Continue from the checkpoint in --checkpoint-dir exactly where it stopped.");
+  f.AddString("trace-dir", &o.trace_dir,
+              "Write every step's loss, learning rate, parameters, buffers and optimizer state, "
+              "and every evaluation's sums, to DIR/rank<R>/step<N>.pt and eval<E>.pt (torch.load "
+              "reads them), to compare runs step for step (bench/float64_check.py). A file per "
+              "step: for debugging numerics, not for long runs. Empty: off.");
   f.AddString("device", &o.device,
               "Where to train: auto (a GPU when this build and machine have one, else the CPU), "
               "cpu, cuda (a worker's GPU is its index on the machine modulo the GPU count) or "

@@ -64,6 +64,7 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 1;  // epochs
   bool resume = false;
+  std::string trace_dir;  // state_trace.h; empty: no trace
 
   // Machine and output.
   std::string device = "auto";  // auto, cpu, cuda, cuda:N (trainer/device.h)

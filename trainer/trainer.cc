@@ -31,7 +31,7 @@ Arithmetic Choose(const TrainOptions& o, const std::string& auto_why, bool prefe
   const PrecisionChoice precision = ChoosePrecision(
       o.precision, device.is_cuda(), DetectCpuFeaturesFor(o.precision, device.is_cuda()));
   a.precision = precision.precision;
-  a.channels_last = ChooseChannelsLast(o.memory_format, prefers_channels_last);
+  a.channels_last = ChooseChannelsLast(o.memory_format, prefers_channels_last, a.precision);
   a.why = std::string("precision ") + PrecisionName(a.precision) + " (" + precision.why +
           "), memory format " + (a.channels_last ? "channels-last" : "contiguous") + " (" +
           (o.memory_format != "auto" ? "--memory-format=" + o.memory_format : "auto: " + auto_why) +
@@ -128,6 +128,7 @@ LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithme
   c.channels_last = arithmetic.channels_last;
   c.arithmetic = arithmetic.Summary();
   c.checkpoint_dir = o.checkpoint_dir;
+  c.trace_dir = o.trace_dir;
   return c;
 }
 

@@ -65,6 +65,8 @@ TrainingLoop::TrainingLoop(const Task& task, const LoopConfig& config, Learner& 
       last_eval_(task.objective->num_classes()) {
   if (world_.data() != nullptr)
     hook_ = std::make_unique<SummingGradientHook>(learner_.parameters(), *world_.data());
+  if (!config_.trace_dir.empty())
+    trace_ = std::make_unique<StateTrace>(config_.trace_dir, world_.rank());
 }
 
 TrainingLoop::~TrainingLoop() = default;
@@ -137,6 +139,7 @@ TrainingLoop::End TrainingLoop::Run() {
       const std::vector<int64_t> indices = sampler_.StepIndices(
           run.permutation, p.position, shape.rank, shape.world, shape.step_samples);
       const StepStats stats = TrainStep(run, shape, indices);
+      if (trace_) trace_->AfterStep(p.step, stats, learner_);
       bool stop = false;
       if (CommitDue(config_.limits, Point(), ++steps_since_commit)) {
         steps_since_commit = 0;
@@ -279,6 +282,7 @@ TrainingLoop::Boundary TrainingLoop::EpochBoundary(const StepShape& shape) {
   TrainingProgress& p = learner_.progress();
   const auto eval_start = std::chrono::steady_clock::now();
   last_eval_ = EvaluateShard();
+  if (trace_) trace_->AfterEvaluation(p.epoch + 1, last_eval_);
   state_.last_metric = last_eval_.metric();
   const double eval_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();

@@ -29,6 +29,7 @@
 #include "trainer/learner.h"
 #include "trainer/objective.h"
 #include "trainer/precision.h"
+#include "trainer/state_trace.h"
 #include "trainer/task.h"
 #include "trainer/world.h"
 
@@ -47,6 +48,7 @@ struct LoopConfig {
   bool channels_last = false;
   std::string arithmetic;      // "bf16, channels-last": the epoch lines' tail
   std::string checkpoint_dir;  // empty: no checkpoints
+  std::string trace_dir;       // --trace-dir (state_trace.h); empty: no trace
 };
 
 // What outlives one world.
@@ -108,6 +110,7 @@ class TrainingLoop {
   // One-sample batches for a rank with no share of a step (made when first needed).
   std::unique_ptr<Loader> filler_;
   std::unique_ptr<SummingGradientHook> hook_;
+  std::unique_ptr<StateTrace> trace_;  // --trace-dir
   // Sums of the steps since the last commit point.
   struct Pending {
     double loss = 0, metric = 0, seen = 0, seconds = 0;  // this rank's
