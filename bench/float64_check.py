@@ -32,33 +32,21 @@ import tempfile
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/usr/bin/python3"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from accuracy_bench import PYTHON, ROOT, run  # noqa: E402
 
 
 def recipe(args):
     """The flags both sides share, in ours' spelling."""
     flags = ["--model", args.model, "--batch-size", str(args.batch_size), "--epochs",
              str(args.epochs), "--lr", str(args.lr), "--warmup-epochs", str(args.warmup_epochs),
-             "--seed", str(args.seed), "--threads", "1", "--precision", "fp64",
-             "--memory-format", "contiguous"]
+             "--seed", str(args.seed), "--threads", "1", "--precision", args.precision,
+             "--memory-format", args.memory_format]
     if args.train_samples:
         flags += ["--train-samples", str(args.train_samples)]
     if args.test_samples:
         flags += ["--test-samples", str(args.test_samples)]
     return flags
-
-
-def run(command, log, env=None):
-    with open(log, "w") as out:
-        out.write(" ".join(command) + "\n")
-        out.flush()
-        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})})
-    if code != 0:
-        with open(log) as f:
-            tail = f.read()[-3000:]
-        sys.exit(f"float64_check: {os.path.basename(command[0])} exited {code}:\n{tail}")
 
 
 def run_ours(args, trace):
@@ -114,13 +102,16 @@ def train_size(args):
     return min(records, args.train_samples) if args.train_samples else records
 
 
+def steps_per_epoch(args):
+    return -(-train_size(args) // (args.workers * args.batch_size))
+
+
 def compare(args, ours_trace, peer_trace):
     """Every step's and evaluation's differences in the order they happened, as
     (where, quantity, difference); and the number of steps compared."""
-    global_batch = args.workers * args.batch_size
-    steps_per_epoch = -(-train_size(args) // global_batch)
+    per_epoch = steps_per_epoch(args)
     rows = []
-    for step in range(1, steps_per_epoch * args.epochs + 1):
+    for step in range(1, per_epoch * args.epochs + 1):
         where = f"step {step}"
         for rank in range(args.workers):
             ours, peer = (load(ours_trace, rank, f"step{step}.pt"),
@@ -140,8 +131,8 @@ def compare(args, ours_trace, peer_trace):
                 else:
                     name = key if rank == 0 else f"loss (rank {rank})"
                     rows.append((where, name, difference(ours[key], peer[key])))
-        if step % steps_per_epoch == 0:
-            epoch = step // steps_per_epoch
+        if step % per_epoch == 0:
+            epoch = step // per_epoch
             ours, peer = (load(ours_trace, 0, f"eval{epoch}.pt"),
                           load(peer_trace, 0, f"eval{epoch}.pt"))
             if ours is None or peer is None:
@@ -150,25 +141,24 @@ def compare(args, ours_trace, peer_trace):
                 return rows, step
             for key in ("loss_sum", "hits", "count"):
                 rows.append((f"eval {epoch}", f"eval/{key}", difference(ours[key], peer[key])))
-    return rows, steps_per_epoch * args.epochs
+    return rows, per_epoch * args.epochs
 
 
-def report(rows, steps, tolerance):
-    """The table per epoch and kind of quantity, then the verdict. True when
-    nothing parted."""
+def epoch_of(where, steps_per_epoch):
+    """'step 33' -> 2 and 'eval 2' -> 2 at 32 steps an epoch."""
+    label, number = where.split()
+    return int(number) if label == "eval" else (int(number) - 1) // steps_per_epoch + 1
+
+
+def report(rows, steps, steps_per_epoch, tolerance):
+    """The largest difference per epoch and kind of quantity, then the verdict.
+    True when nothing parted."""
     worst = {}
-    epoch_of = {}
-    epoch = 1
     for where, key, diff in rows:
-        if where.startswith("eval"):
-            epoch_of[where] = int(where.split()[1])
-        k = kind(key) if "/" in key else key.split(" (")[0]
-        e = int(where.split()[1]) if where.startswith("eval") else None
-        slot = (e if e is not None else epoch, k)
+        slot = (epoch_of(where, steps_per_epoch), kind(key) if "/" in key else key.split(" (")[0])
         worst[slot] = max(worst.get(slot, 0.0), diff)
-        if where.startswith("eval"):
-            epoch += 1
     kinds = sorted({k for _, k in worst})
+    print("largest relative difference, per epoch:")
     print("| epoch | " + " | ".join(kinds) + " |")
     print("| --- |" + " --- |" * len(kinds))
     for e in sorted({e for e, _ in worst}):
@@ -181,6 +171,22 @@ def report(rows, steps, tolerance):
     print(f"AGREE to {tolerance:g} relative on every compared quantity for {steps} steps "
           f"(largest difference {max(d for _, _, d in rows):.1e})")
     return True
+
+
+def first_gradient_error(args, ours_trace, peer_trace):
+    """Each side's step-1 momentum buffers (the first averaged gradient plus
+    weight decay: independent of the learning rate) against the float64 run in
+    --reference: how far the side's arithmetic is from exact."""
+    reference = load(os.path.join(args.reference, "ours"), 0, "step1.pt")
+    if reference is None:
+        sys.exit(f"float64_check: no rank0/step1.pt under {args.reference}/ours")
+    print(f"first gradient against float64 ({args.reference}), relative, over "
+          f"{sum(k.startswith('momentum/') for k in reference)} tensors:")
+    for side, trace in (("ours", ours_trace), ("peer", peer_trace)):
+        state = load(trace, 0, "step1.pt")
+        errors = sorted(difference(state[k], reference[k]) for k in reference
+                        if k.startswith("momentum/"))
+        print(f"  {side}: median {errors[len(errors) // 2]:.1e}, largest {errors[-1]:.1e}")
 
 
 def main():
@@ -198,7 +204,14 @@ def main():
     parser.add_argument("--train-samples", type=int, default=0, help="0: all")
     parser.add_argument("--test-samples", type=int, default=0, help="0: all")
     parser.add_argument("--tolerance", type=float, default=1e-7)
+    parser.add_argument("--precision", default="fp64", choices=["fp64", "fp32"],
+                        help="fp32: where the two part in the product's arithmetic")
+    parser.add_argument("--memory-format", default="contiguous",
+                        choices=["contiguous", "channels-last"])
     parser.add_argument("--work", default="", help="keep the traces and logs here")
+    parser.add_argument("--reference", default="",
+                        help="the --work of a float64 run of the same recipe: also print how far "
+                             "each side's first gradient is from it")
     parser.add_argument("--compare-only", action="store_true",
                         help="compare the traces already in --work")
     args = parser.parse_args()
@@ -219,7 +232,9 @@ def main():
         run_ours(args, ours_trace)
         run_peer(args, peer_trace)
     rows, steps = compare(args, ours_trace, peer_trace)
-    agree = report(rows, steps, args.tolerance)
+    agree = report(rows, steps, steps_per_epoch(args), args.tolerance)
+    if args.reference:
+        first_gradient_error(args, ours_trace, peer_trace)
     if not keep:
         subprocess.call(["rm", "-rf", args.work])
     sys.exit(0 if agree else 1)

@@ -32,7 +32,8 @@ PYEOF
 # 2 workers x 32 images: 4 steps an epoch, 12 steps and 3 evaluations in all.
 FLAGS=(--data-dir "$TMP/data" --workers 2 --batch-size 32 --epochs 3 --warmup-epochs 1
        --work "$TMP/work")
-"$PY" "$CHECK" --ours "$OURS" "${FLAGS[@]}" >"$TMP/out" 2>&1 || fail "the sides parted: $(cat "$TMP/out")"
+"$PY" "$CHECK" --ours "$OURS" "${FLAGS[@]}" >"$TMP/out" 2>&1 ||
+  fail "the sides parted: $(cat "$TMP/out"; tail -n 40 "$TMP"/work/*.log)"
 grep -q "^AGREE to 1e-07 relative on every compared quantity for 12 steps" "$TMP/out" ||
   fail "no agreement over 12 steps: $(cat "$TMP/out")"
 cat "$TMP/out"
