@@ -42,14 +42,18 @@ void SaveModel(const torch::nn::Module& model, torch::serialize::OutputArchive& 
     archive.write(item.key(), item.value(), /*is_buffer=*/true);
 }
 
+// `cast_floating`: a floating-point tensor may be saved in another
+// floating-point type than the model's (copy_ rounds it into the model's).
 void LoadTensors(const torch::OrderedDict<std::string, torch::Tensor>& tensors,
-                 torch::serialize::InputArchive& archive, bool buffers) {
+                 torch::serialize::InputArchive& archive, bool buffers, bool cast_floating) {
   for (const auto& item : tensors) {
     torch::Tensor saved;
     if (!archive.try_read(item.key(), saved, buffers))
       throw std::runtime_error("the saved model has no tensor '" + item.key() + "'");
     const torch::Tensor& target = item.value();
-    if (!saved.sizes().equals(target.sizes()) || saved.scalar_type() != target.scalar_type()) {
+    const bool castable = cast_floating && saved.is_floating_point() && target.is_floating_point();
+    if (!saved.sizes().equals(target.sizes()) ||
+        (saved.scalar_type() != target.scalar_type() && !castable)) {
       std::ostringstream message;
       message << "model tensor '" << item.key() << "' is saved as " << saved.sizes() << " "
               << saved.scalar_type() << ", the model has " << target.sizes() << " "
@@ -217,8 +221,8 @@ void LoadModelFromState(std::string_view state, const std::string& model_name,
   for (int i = 0; i < 3; ++i) in.I64();  // progress
   torch::serialize::InputArchive model_archive;
   LoadArchive(in.Bytes(), model_archive, "model state");
-  LoadTensors(model.named_parameters(), model_archive, /*buffers=*/false);
-  LoadTensors(model.named_buffers(), model_archive, /*buffers=*/true);
+  LoadTensors(model.named_parameters(), model_archive, /*buffers=*/false, /*cast_floating=*/true);
+  LoadTensors(model.named_buffers(), model_archive, /*buffers=*/true, /*cast_floating=*/true);
 }
 
 uint64_t Learner::StateSizeLimit() const {
@@ -248,8 +252,9 @@ void Learner::RestoreState(std::string_view bytes) {
 
   torch::serialize::InputArchive model_archive;
   LoadArchive(in.Bytes(), model_archive, "model state");
-  LoadTensors(model_->named_parameters(), model_archive, /*buffers=*/false);
-  LoadTensors(model_->named_buffers(), model_archive, /*buffers=*/true);
+  LoadTensors(model_->named_parameters(), model_archive, /*buffers=*/false,
+              /*cast_floating=*/false);
+  LoadTensors(model_->named_buffers(), model_archive, /*buffers=*/true, /*cast_floating=*/false);
 
   torch::serialize::InputArchive optimizer_archive;
   LoadArchive(in.Bytes(), optimizer_archive, "optimizer state");

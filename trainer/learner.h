@@ -147,7 +147,9 @@ class Learner {
 
 // Loads only the weights (parameters and buffers) of a CaptureState() of
 // `model_name` into `model`, which must have the same architecture: what a
-// checkpoint's trained model is written back from. Throws like RestoreState.
+// checkpoint's trained model is written back from. The model keeps its own
+// floating-point type (an fp64 state's weights are rounded into a float32
+// model). Throws like RestoreState.
 void LoadModelFromState(std::string_view state, const std::string& model_name,
                         torch::nn::Module& model);
 

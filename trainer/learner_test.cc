@@ -280,6 +280,16 @@ TEST(LearnerTest, Fp64TrainsInFloat64AndItsStateRestoresBitForBit) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("Double"), std::string::npos) << e.what();
   }
+  // The trained model a checkpoint writes for Python is float32: the fp64
+  // weights rounded.
+  auto exported = models::CreateModel("resnet8", 10);
+  LoadModelFromState(learner->CaptureState(), "resnet8", *exported);
+  for (const auto& p : exported->named_parameters()) {
+    EXPECT_EQ(p.value().scalar_type(), torch::kFloat) << p.key();
+    EXPECT_TRUE(
+        torch::equal(p.value(), learner->model().named_parameters()[p.key()].to(torch::kFloat)))
+        << p.key();
+  }
 }
 
 TEST(LearnerTest, Fp16OnCpuIsRefusedNamingThePrecision) {
