@@ -34,14 +34,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from accuracy_bench import PYTHON, ROOT, run  # noqa: E402
+from accuracy_bench import recipe as accuracy_recipe  # noqa: E402
 
 
 def recipe(args):
-    """The flags both sides share, in ours' spelling."""
-    flags = ["--model", args.model, "--batch-size", str(args.batch_size), "--epochs",
-             str(args.epochs), "--lr", str(args.lr), "--warmup-epochs", str(args.warmup_epochs),
-             "--seed", str(args.seed), "--threads", "1", "--precision", args.precision,
-             "--memory-format", args.memory_format]
+    """accuracy_bench's shared flags, and the subset limits of a short check."""
+    flags = accuracy_recipe(args, args.seed)
     if args.train_samples:
         flags += ["--train-samples", str(args.train_samples)]
     if args.test_samples:
@@ -83,16 +81,6 @@ def kind(key):
 def load(trace, rank, name):
     path = os.path.join(trace, f"rank{rank}", name)
     return torch.load(path) if os.path.exists(path) else None
-
-
-def compare_file(ours, peer, keys, where, rows):
-    """Appends (where, key, difference) for each of `keys`; a key missing on
-    either side is a difference of inf."""
-    for key in keys:
-        if key not in ours or key not in peer:
-            rows.append((where, key, float("inf")))
-        else:
-            rows.append((where, key, difference(ours[key], peer[key])))
 
 
 def train_size(args):

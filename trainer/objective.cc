@@ -11,7 +11,7 @@ namespace {
 // Losses are computed in float32 at least: autocast's bf16/fp16 outputs are
 // widened, fp64's are kept.
 torch::Tensor Widened(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kDouble ? t : t.to(torch::kFloat);
+  return t.to(at::promote_types(t.scalar_type(), torch::kFloat));
 }
 
 }  // namespace
