@@ -26,6 +26,7 @@ parted; exits 1 when something parted.
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,12 @@ def recipe(args):
     return flags
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_ours(args, trace):
     run([args.ours, "--workers", str(args.workers), "--dataset", "cifar10", "--data-dir",
          args.data_dir, "--schedule", "cosine", "--loader-threads", "1", "--trace-dir", trace,
@@ -54,7 +61,12 @@ def run_ours(args, trace):
 
 
 def run_peer(args, trace):
-    run([PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--standalone",
+    # The static rendezvous: --standalone's elastic agent polls its c10d store
+    # every few seconds and failed the launch when a loaded machine (the
+    # suite) delayed one reply, after the ranks had trained.
+    run([PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+         "--rdzv_backend", "static", "--master_addr", "127.0.0.1", "--master_port",
+         str(free_port()), "--nnodes", "1", "--node_rank", "0",
          "--nproc_per_node", str(args.workers), os.path.join(ROOT, "bench", "ddp_peer.py"),
          "--data-dir", args.data_dir, "--order", "elastic", "--augmentation", "elastic",
          "--trace-dir", trace, *recipe(args)], os.path.join(args.work, "peer.log"),
