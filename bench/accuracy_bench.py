@@ -25,7 +25,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's python3-torch
+# The interpreter that sees Debian's python3-torch; PEER_PYTHON for another
+# (a GPU machine's own PyTorch).
+PYTHON = os.environ.get("PEER_PYTHON", "/usr/bin/python3")
 OUR_EPOCH = re.compile(r"^epoch (\d+)/\d+ world \d+ \|.*\| test loss [0-9.]+ acc ([0-9.]+)%",
                        re.MULTILINE)
 

@@ -68,15 +68,19 @@ def load_test_set(data_dir, limit):
     return images, labels
 
 
-def cosine_lr(base_lr, epochs_done, epochs, warmup_epochs=0.0):
+def cosine_lr(base_lr, epochs_done, epochs, warmup_epochs=0.0, steps_done=0, warmup_steps=0):
     """//trainer's cosine schedule (trainer/schedule.cc): cosine over the epochs
-    after warm-up, scaled by epochs_done / warmup_epochs during warm-up."""
+    after warm-up, scaled during warm-up by the smaller of epochs_done /
+    warmup_epochs and steps_done / warmup_steps (a length of 0 does not count)."""
     span = epochs - warmup_epochs
     t = min(max((epochs_done - warmup_epochs) / span, 0.0), 1.0) if span > 0 else 1.0
     lr = base_lr * 0.5 * (1 + math.cos(math.pi * t))
-    if warmup_epochs > 0 and epochs_done < warmup_epochs:
-        lr *= max(0.0, epochs_done) / warmup_epochs
-    return lr
+    factor = 1.0
+    if warmup_epochs > 0:
+        factor = min(factor, max(0.0, epochs_done) / warmup_epochs)
+    if warmup_steps > 0:
+        factor = min(factor, max(0, steps_done) / warmup_steps)
+    return lr * factor
 
 
 MASK = (1 << 64) - 1
@@ -145,8 +149,9 @@ def evaluate(model, images, labels, rank, world, batch_size, args):
         for start in range(rank * batch_size, images.shape[0], world * batch_size):
             x = (images[start:start + batch_size].float().div_(255) - MEAN) / STD
             y = labels[start:start + batch_size]
-            x = x.to(weight_type(args)).contiguous(memory_format=memory_format(args))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
+            y = y.to(args.device)
+            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 out = widened(model(x))
             correct[0] += (out.argmax(1) == y).sum().item()
             correct[1] += F.cross_entropy(out, y, reduction="sum").item()
@@ -210,6 +215,9 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
     parser.add_argument("--warmup-epochs", type=float, default=0.0,
                         help="linear warm-up over this many epochs, as ours (--warmup-epochs)")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="warm-up lasts at least this many optimizer steps, as ours "
+                             "(--warmup-steps)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--train-samples", type=int, default=0,
@@ -218,6 +226,9 @@ def parse_args(argv=None):
     parser.add_argument("--no-eval", action="store_true", help="skip the test set")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: every rank on the one visible GPU (Gloo moves the "
+                             "gradients; TF32 off, so fp32 stays fp32)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp64"],
                         help="bf16: torch.autocast('cpu', torch.bfloat16) over forward and loss; "
                              "fp64: model, inputs and loss in float64 (as ours' --precision=fp64)")
@@ -278,7 +289,10 @@ def main():
     count = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if count != PARAMETERS[args.model]:
         sys.exit(f"ddp_peer: {args.model} has {count} parameters, expected {PARAMETERS[args.model]}")
-    model = model.to(dtype=weight_type(args), memory_format=memory_format(args))
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = model.to(args.device, dtype=weight_type(args), memory_format=memory_format(args))
     if args.trace_dir:
         os.makedirs(os.path.join(args.trace_dir, f"rank{rank}"), exist_ok=True)
     images, labels = load_cifar10(args.data_dir)
@@ -330,10 +344,11 @@ def main():
             samples_done = min(n, (i + 1) * global_batch)
             for group in optimizer.param_groups:
                 group["lr"] = cosine_lr(base_lr, epoch + samples_done / n, args.epochs,
-                                        args.warmup_epochs)
-            x = x.to(weight_type(args)).contiguous(memory_format=memory_format(args))
+                                        args.warmup_epochs, step + 1, args.warmup_steps)
+            x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
+            y = y.to(args.device)
             optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 out = ddp(x)
                 loss = F.cross_entropy(widened(out), y)
             loss.backward()

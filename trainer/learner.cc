@@ -128,7 +128,7 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
                         GradientHook* hook) {
   if (micro_batches.empty()) throw std::invalid_argument("Learner::Step: no micro-batch");
   StepStats stats;
-  stats.lr = schedule_.LearningRate(epochs_done);
+  stats.lr = schedule_.LearningRate(epochs_done, progress_.step + 1);
   model_->train();
   optimizer_->SetLearningRate(stats.lr);
   optimizer_->ZeroGrad();

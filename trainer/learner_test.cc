@@ -497,6 +497,22 @@ TEST(LearnerTest, WarmupSetsTheStepLearningRate) {
   EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.5).lr, 0.05, 1e-12);
 }
 
+// The step warm-up counts the steps of the learner's progress, which the loop
+// advances and commits and checkpoints carry, so a restart resumes its ramp.
+TEST(LearnerTest, WarmupStepsCountTheProgressSteps) {
+  FixedBatches data;
+  LearnerOptions o = SmallOptions();
+  o.schedule.kind = ScheduleKind::kConstant;
+  o.schedule.warmup_epochs = 0;
+  o.schedule.warmup_steps = 4;
+  auto learner = MakeLearner(1, o);
+  EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.01).lr, 0.05 / 4, 1e-12);
+  learner->progress().step = 2;  // as after a restore at step 2
+  EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.01).lr, 0.05 * 3 / 4, 1e-12);
+  learner->progress().step = 40;
+  EXPECT_NEAR(learner->Step(data.inputs[0], data.targets[0], 0.01).lr, 0.05, 1e-12);
+}
+
 TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
   FixedBatches data;
   LearnerOptions o = SmallOptions();

@@ -83,6 +83,7 @@ TEST(FlagsTest, RejectsImpossibleValues) {
   EXPECT_NE(ParseError({"--momentum=1.5"}).find("--momentum"), std::string::npos);
   EXPECT_NE(ParseError({"--label-smoothing=1"}).find("--label-smoothing"), std::string::npos);
   EXPECT_NE(ParseError({"--clip-grad=-1"}).find("--clip-grad"), std::string::npos);
+  EXPECT_NE(ParseError({"--warmup-steps=-3"}).find("--warmup-steps"), std::string::npos);
   EXPECT_NE(ParseError({"--lookahead-alpha=0"}).find("--lookahead-alpha"), std::string::npos);
   EXPECT_NE(ParseError({"--optimizer=adam", "--nesterov"}).find("--nesterov needs --optimizer=sgd"),
             std::string::npos);

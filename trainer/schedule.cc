@@ -30,6 +30,8 @@ ScheduleKind ParseScheduleKind(const std::string& name) {
 
 LrSchedule::LrSchedule(ScheduleOptions options) : options_(options) {
   if (options_.base_lr <= 0) throw std::invalid_argument("schedule: base_lr must be > 0");
+  if (options_.warmup_epochs < 0) throw std::invalid_argument("schedule: warmup_epochs < 0");
+  if (options_.warmup_steps < 0) throw std::invalid_argument("schedule: warmup_steps < 0");
   if (options_.total_epochs <= 0) throw std::invalid_argument("schedule: total_epochs must be > 0");
   if (options_.step_size <= 0) throw std::invalid_argument("schedule: step_size must be > 0");
 }
@@ -53,11 +55,18 @@ double LrSchedule::Decayed(double epochs_done) const {
   return o.base_lr;
 }
 
-double LrSchedule::LearningRate(double epochs_done) const {
-  const double lr = Decayed(epochs_done);
-  if (options_.warmup_epochs > 0 && epochs_done < options_.warmup_epochs)
-    return lr * std::max(0.0, epochs_done) / options_.warmup_epochs;
-  return lr;
+double LrSchedule::WarmupFactor(double epochs_done, int64_t steps_done) const {
+  double factor = 1;
+  if (options_.warmup_epochs > 0)
+    factor = std::min(factor, std::max(0.0, epochs_done) / options_.warmup_epochs);
+  if (options_.warmup_steps > 0)
+    factor = std::min(factor, static_cast<double>(std::max<int64_t>(0, steps_done)) /
+                                  static_cast<double>(options_.warmup_steps));
+  return factor;
+}
+
+double LrSchedule::LearningRate(double epochs_done, int64_t steps_done) const {
+  return Decayed(epochs_done) * WarmupFactor(epochs_done, steps_done);
 }
 
 void LrSchedule::EndEpoch(double validation_loss) {

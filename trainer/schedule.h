@@ -3,7 +3,10 @@
 // Both are functions of training progress measured in epochs, a fraction
 // (epoch + samples consumed / data set size), not of a step count: the
 // distributed trainer changes the number of steps per epoch whenever the world
-// changes size, and the schedule must not notice.
+// changes size, and the schedule must not notice. The one exception is a
+// warm-up floor in optimizer steps: a large world on a small data set takes
+// few steps an epoch, and a warm-up of a few steps is no warm-up (ResNet18 at
+// 8 workers on 4,068 images diverged after the 20 steps of 5 epochs).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +25,10 @@ struct ScheduleOptions {
   double base_lr = 0.1;
   double min_lr = 0;
   double warmup_epochs = 0;
-  double total_epochs = 1;  // cosine reaches min_lr here
-  double step_size = 30;    // step: epochs between decays
-  double gamma = 0.1;       // step: decay factor
+  int64_t warmup_steps = 0;  // warm-up lasts at least this many optimizer steps
+  double total_epochs = 1;   // cosine reaches min_lr here
+  double step_size = 30;     // step: epochs between decays
+  double gamma = 0.1;        // step: decay factor
   int64_t plateau_patience = 5;
   double plateau_factor = 0.1;
 };
@@ -33,9 +37,14 @@ class LrSchedule {
  public:
   explicit LrSchedule(ScheduleOptions options);
 
-  // The rate for a step that ends at `epochs_done` (fractional epochs). During
-  // warm-up it rises linearly from 0 to the schedule's value.
-  double LearningRate(double epochs_done) const;
+  // The rate for the `steps_done`-th optimizer step (counting from 1), which
+  // ends at `epochs_done` (fractional epochs). During warm-up it is the
+  // schedule's value times the smaller of epochs_done / warmup_epochs and
+  // steps_done / warmup_steps (a length of 0 does not count).
+  double LearningRate(double epochs_done, int64_t steps_done) const;
+
+  // The warm-up's factor in [0, 1] for that step.
+  double WarmupFactor(double epochs_done, int64_t steps_done) const;
 
   // Called once after each epoch with the validation loss; only the plateau
   // schedule uses it, like torch's ReduceLROnPlateau (mode min, relative

@@ -21,26 +21,64 @@ ScheduleOptions Options(ScheduleKind kind) {
 TEST(ScheduleTest, CosineFollowsHalfACosine) {
   ScheduleOptions o = Options(ScheduleKind::kCosine);
   LrSchedule s(o);
-  EXPECT_DOUBLE_EQ(s.LearningRate(0), 0.1);
-  EXPECT_NEAR(s.LearningRate(5), 0.05, 1e-12);
-  EXPECT_NEAR(s.LearningRate(2.5), 0.05 * (1 + std::cos(M_PI / 4)), 1e-12);
-  EXPECT_NEAR(s.LearningRate(10), 0, 1e-12);
-  EXPECT_NEAR(s.LearningRate(12), 0, 1e-12);  // stays at the floor after the end
+  EXPECT_DOUBLE_EQ(s.LearningRate(0, 0), 0.1);
+  EXPECT_NEAR(s.LearningRate(5, 0), 0.05, 1e-12);
+  EXPECT_NEAR(s.LearningRate(2.5, 0), 0.05 * (1 + std::cos(M_PI / 4)), 1e-12);
+  EXPECT_NEAR(s.LearningRate(10, 0), 0, 1e-12);
+  EXPECT_NEAR(s.LearningRate(12, 0), 0, 1e-12);  // stays at the floor after the end
   o.min_lr = 0.01;
-  EXPECT_NEAR(LrSchedule(o).LearningRate(10), 0.01, 1e-12);
-  EXPECT_NEAR(LrSchedule(o).LearningRate(5), 0.055, 1e-12);
+  EXPECT_NEAR(LrSchedule(o).LearningRate(10, 0), 0.01, 1e-12);
+  EXPECT_NEAR(LrSchedule(o).LearningRate(5, 0), 0.055, 1e-12);
 }
 
 TEST(ScheduleTest, WarmupRisesLinearlyThenCosineSpansTheRest) {
   ScheduleOptions o = Options(ScheduleKind::kCosine);
   o.warmup_epochs = 2;
   LrSchedule s(o);
-  EXPECT_DOUBLE_EQ(s.LearningRate(0), 0);
-  EXPECT_NEAR(s.LearningRate(0.5), 0.025, 1e-12);
-  EXPECT_NEAR(s.LearningRate(1), 0.05, 1e-12);
-  EXPECT_NEAR(s.LearningRate(2), 0.1, 1e-12);
-  EXPECT_NEAR(s.LearningRate(6), 0.05, 1e-12);  // half-way through the 8 cosine epochs
-  EXPECT_NEAR(s.LearningRate(10), 0, 1e-12);
+  EXPECT_DOUBLE_EQ(s.LearningRate(0, 0), 0);
+  EXPECT_NEAR(s.LearningRate(0.5, 0), 0.025, 1e-12);
+  EXPECT_NEAR(s.LearningRate(1, 0), 0.05, 1e-12);
+  EXPECT_NEAR(s.LearningRate(2, 0), 0.1, 1e-12);
+  EXPECT_NEAR(s.LearningRate(6, 0), 0.05, 1e-12);  // half-way through the 8 cosine epochs
+  EXPECT_NEAR(s.LearningRate(10, 0), 0, 1e-12);
+}
+
+TEST(ScheduleTest, WarmupStepsAloneRiseByTheStep) {
+  ScheduleOptions o = Options(ScheduleKind::kConstant);
+  o.warmup_steps = 100;
+  LrSchedule s(o);
+  EXPECT_NEAR(s.LearningRate(0.01, 1), 0.001, 1e-12);
+  EXPECT_NEAR(s.LearningRate(3, 50), 0.05, 1e-12);  // epochs do not matter
+  EXPECT_NEAR(s.LearningRate(0.1, 100), 0.1, 1e-12);
+  EXPECT_NEAR(s.LearningRate(0.1, 5000), 0.1, 1e-12);
+}
+
+TEST(ScheduleTest, WarmupLastsUntilBothItsEpochsAndItsStepsHavePassed) {
+  ScheduleOptions o = Options(ScheduleKind::kConstant);
+  o.warmup_epochs = 5;
+  o.warmup_steps = 100;
+  LrSchedule s(o);
+  // A world of 8 on 4,068 images: 4 steps an epoch, so the steps are the longer ramp.
+  EXPECT_NEAR(s.WarmupFactor(20.0 / 4, 20), 0.2, 1e-12);
+  EXPECT_NEAR(s.LearningRate(20.0 / 4, 20), 0.02, 1e-12);
+  EXPECT_NEAR(s.LearningRate(100.0 / 4, 100), 0.1, 1e-12);
+  // A world of 1 on 50,000 images: 391 steps an epoch, so the epochs are.
+  EXPECT_NEAR(s.WarmupFactor(100.0 / 391, 100), 0.0511509, 1e-6);
+  EXPECT_NEAR(s.WarmupFactor(5, 1955), 1, 1e-12);
+  // The warm-up scales the decayed rate: with cosine, the product of both.
+  o.kind = ScheduleKind::kCosine;
+  o.warmup_epochs = 0;
+  o.warmup_steps = 10;
+  EXPECT_NEAR(LrSchedule(o).LearningRate(5, 5), 0.5 * 0.05, 1e-12);
+}
+
+TEST(ScheduleTest, NegativeWarmupIsRefused) {
+  ScheduleOptions o = Options(ScheduleKind::kCosine);
+  o.warmup_steps = -1;
+  EXPECT_THROW(LrSchedule{o}, std::invalid_argument);
+  o.warmup_steps = 0;
+  o.warmup_epochs = -0.5;
+  EXPECT_THROW(LrSchedule{o}, std::invalid_argument);
 }
 
 TEST(ScheduleTest, StepDecaysEveryStepSizeEpochs) {
@@ -48,16 +86,16 @@ TEST(ScheduleTest, StepDecaysEveryStepSizeEpochs) {
   o.step_size = 3;
   o.gamma = 0.1;
   LrSchedule s(o);
-  EXPECT_NEAR(s.LearningRate(0), 0.1, 1e-12);
-  EXPECT_NEAR(s.LearningRate(2.99), 0.1, 1e-12);
-  EXPECT_NEAR(s.LearningRate(3), 0.01, 1e-12);
-  EXPECT_NEAR(s.LearningRate(6.5), 0.001, 1e-12);
+  EXPECT_NEAR(s.LearningRate(0, 0), 0.1, 1e-12);
+  EXPECT_NEAR(s.LearningRate(2.99, 0), 0.1, 1e-12);
+  EXPECT_NEAR(s.LearningRate(3, 0), 0.01, 1e-12);
+  EXPECT_NEAR(s.LearningRate(6.5, 0), 0.001, 1e-12);
 }
 
 TEST(ScheduleTest, ConstantIgnoresProgress) {
   LrSchedule s(Options(ScheduleKind::kConstant));
-  EXPECT_DOUBLE_EQ(s.LearningRate(0), 0.1);
-  EXPECT_DOUBLE_EQ(s.LearningRate(9), 0.1);
+  EXPECT_DOUBLE_EQ(s.LearningRate(0, 0), 0.1);
+  EXPECT_DOUBLE_EQ(s.LearningRate(9, 0), 0.1);
 }
 
 TEST(ScheduleTest, PlateauDropsAfterPatienceAndSurvivesSaveLoad) {
@@ -70,17 +108,17 @@ TEST(ScheduleTest, PlateauDropsAfterPatienceAndSurvivesSaveLoad) {
   s.EndEpoch(0.9);   // improvement
   s.EndEpoch(0.9);   // bad 1
   s.EndEpoch(0.91);  // bad 2: not yet more than patience
-  EXPECT_DOUBLE_EQ(s.LearningRate(4), 0.1);
+  EXPECT_DOUBLE_EQ(s.LearningRate(4, 0), 0.1);
   s.EndEpoch(0.8999999);  // bad 3: below the 1e-4 relative threshold, not an improvement
-  EXPECT_DOUBLE_EQ(s.LearningRate(5), 0.05);
+  EXPECT_DOUBLE_EQ(s.LearningRate(5, 0), 0.05);
 
   LrSchedule restored(o);
   restored.Load(s.Save());
-  EXPECT_DOUBLE_EQ(restored.LearningRate(5), 0.05);
+  EXPECT_DOUBLE_EQ(restored.LearningRate(5, 0), 0.05);
   for (int i = 0; i < 3; ++i) restored.EndEpoch(2.0);  // counting continues from the save
-  EXPECT_DOUBLE_EQ(restored.LearningRate(8), 0.025);
+  EXPECT_DOUBLE_EQ(restored.LearningRate(8, 0), 0.025);
   for (int i = 0; i < 3; ++i) restored.EndEpoch(2.0);
-  EXPECT_DOUBLE_EQ(restored.LearningRate(11), 0.02);  // floored at min_lr
+  EXPECT_DOUBLE_EQ(restored.LearningRate(11, 0), 0.02);  // floored at min_lr
 }
 
 TEST(ScheduleTest, StateOfAnotherScheduleIsRejected) {

@@ -58,6 +58,11 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "do. Without it ResNet18 at lr 0.1 diverged in its first epoch at every world size, "
               "world 1 included (docs/training.md, \"Warm-up by default\"); 0: the full rate from "
               "the first step, as pytorch-cifar.");
+  f.AddInt("warmup-steps", &o.warmup_steps,
+           "Warm-up lasts at least this many optimizer steps: the rate is the schedule's times "
+           "the smaller of epochs / --warmup-epochs and steps / --warmup-steps. Steps, not "
+           "epochs, are what a warm-up needs, and a large world on a small data set takes few "
+           "steps an epoch. 0: epochs alone.");
   f.AddInt("step-size", &o.step_size, "Step schedule: epochs between decays.");
   f.AddDouble("gamma", &o.gamma, "Step schedule: decay factor.");
   f.AddInt("plateau-patience", &o.plateau_patience,
@@ -159,6 +164,7 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   Require(o.lookahead_alpha > 0 && o.lookahead_alpha <= 1, "lookahead-alpha",
           "must be in (0, 1], got " + Show(o.lookahead_alpha));
   Require(o.warmup_epochs >= 0, "warmup-epochs", "must be >= 0, got " + Show(o.warmup_epochs));
+  Require(o.warmup_steps >= 0, "warmup-steps", "must be >= 0, got " + Show(o.warmup_steps));
   Require(o.step_size >= 1, "step-size", "must be >= 1, got " + Show(o.step_size));
   Require(o.gamma > 0 && o.gamma <= 1, "gamma", "must be in (0, 1], got " + Show(o.gamma));
   Require(o.plateau_patience >= 0, "plateau-patience", "must be >= 0");

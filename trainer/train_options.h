@@ -42,6 +42,7 @@ struct TrainOptions {
   // Learning-rate schedule.
   std::string schedule = "cosine";
   double warmup_epochs = 5;  // the rate's linear rise from 0 (docs/training.md)
+  int64_t warmup_steps = 0;  // ... lasting at least this many optimizer steps
   int64_t step_size = 30;
   double gamma = 0.1;
   int64_t plateau_patience = 5;

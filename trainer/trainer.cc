@@ -91,6 +91,7 @@ LearnerOptions MakeLearnerOptions(const TrainOptions& o, const Task& task,
   l.schedule.base_lr = lr;
   l.schedule.min_lr = o.min_lr;
   l.schedule.warmup_epochs = o.warmup_epochs;
+  l.schedule.warmup_steps = o.warmup_steps;
   l.schedule.total_epochs = static_cast<double>(o.epochs);
   l.schedule.step_size = static_cast<double>(o.step_size);
   l.schedule.gamma = o.gamma;

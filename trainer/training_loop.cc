@@ -301,7 +301,8 @@ TrainingLoop::Boundary TrainingLoop::EpochBoundary(const StepShape& shape) {
     summary.seconds = commit.train_seconds + eval_seconds;
     summary.lr = learner_.schedule().LearningRate(
         static_cast<double>(p.epoch) +
-        static_cast<double>(p.position) / static_cast<double>(config_.limits.train_size));
+            static_cast<double>(p.position) / static_cast<double>(config_.limits.train_size),
+        p.step);
     summary.arithmetic = config_.arithmetic;
     world_.OnEpochEnd(summary);
   }
