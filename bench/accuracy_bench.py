@@ -47,6 +47,7 @@ def recipe(args, seed):
     """The flags both sides share, in ours' spelling."""
     return ["--model", args.model, "--batch-size", str(args.batch_size), "--epochs",
             str(args.epochs), "--lr", str(args.lr), "--warmup-epochs", str(args.warmup_epochs),
+            "--recompute-bn", str(args.recompute_bn),
             "--seed", str(seed), "--threads", "1", "--precision", args.precision,
             "--memory-format", args.memory_format]
 
@@ -123,6 +124,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
     parser.add_argument("--warmup-epochs", type=float, default=2)
+    parser.add_argument("--recompute-bn", type=int, default=0,
+                        help="batch norm's statistics re-estimated before each evaluation over "
+                             "this many training images, both sides; 0: the running averages")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--memory-format", default="channels-last",
                         choices=["contiguous", "channels-last"])
@@ -148,6 +152,7 @@ def main():
     sides = args.sides.split(",")
     key = dict(model=args.model, workers=args.workers, batch_size=args.batch_size,
                epochs=args.epochs, lr=args.lr, warmup_epochs=args.warmup_epochs,
+               **({"recompute_bn": args.recompute_bn} if args.recompute_bn else {}),
                precision=args.precision, memory_format=args.memory_format)
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.results)), "accuracy_bench_logs")
     os.makedirs(log_dir, exist_ok=True)

@@ -162,6 +162,44 @@ def evaluate(model, images, labels, rank, world, batch_size, args):
     return correct
 
 
+def recompute_batch_norm(model, images, rank, world, args):
+    """Ours' --recompute-bn (trainer/batch_norm_statistics.cc): each batch norm's
+    statistics become the plain average of its batch statistics over the first
+    N training images, unaugmented, dealt round the ranks (rank r takes r, r +
+    world, ...) in batches of --batch-size, weighted by batches over the ranks."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
+    for m in norms:
+        m.momentum = None
+        m.running_mean.zero_()
+        m.running_var.zero_()
+        m.num_batches_tracked.zero_()
+    shard = torch.arange(rank, min(args.recompute_bn, images.shape[0]), world)
+    batches = 0
+    model.train()
+    with torch.no_grad():
+        for start in range(0, shard.numel(), args.batch_size):
+            x = (images[shard[start:start + args.batch_size]].float().div_(255) - MEAN) / STD
+            x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
+            with torch.autocast(args.device, dtype=torch.bfloat16,
+                                enabled=args.precision == "bf16"):
+                model(x)
+            batches += 1
+    for m, (momentum, tracked) in zip(norms, saved):
+        m.momentum = momentum
+        m.num_batches_tracked.copy_(tracked)
+    sums = torch.cat([torch.cat([m.running_mean, m.running_var]).double().cpu() for m in norms])
+    sums = torch.cat([sums * batches, torch.tensor([float(batches)], dtype=torch.float64)])
+    if world > 1:
+        dist.all_reduce(sums)
+    total, offset = sums[-1].item(), 0
+    for m in norms:
+        c = m.running_mean.numel()
+        m.running_mean.copy_(sums[offset:offset + c] / total)
+        m.running_var.copy_(sums[offset + c:offset + 2 * c] / total)
+        offset += 2 * c
+
+
 def weight_type(args):
     return torch.float64 if args.precision == "fp64" else torch.float32
 
@@ -218,6 +256,10 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=0,
                         help="warm-up lasts at least this many optimizer steps, as ours "
                              "(--warmup-steps)")
+    parser.add_argument("--recompute-bn", type=int, default=0,
+                        help="before each evaluation, batch norm's statistics re-estimated over "
+                             "this many training images, as ours (--recompute-bn); 0: the "
+                             "running averages, as PyTorch")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--train-samples", type=int, default=0,
@@ -379,6 +421,8 @@ def main():
         if args.no_eval:
             accuracy, test_loss = float("nan"), float("nan")
         else:
+            if args.recompute_bn > 0:
+                recompute_batch_norm(model, images, rank, world, args)
             sums = evaluate(model, test_images, test_labels, rank, world, args.batch_size, args)
             count = max(sums[2].item(), 1)
             accuracy, test_loss = sums[0].item() / count, sums[1].item() / count

@@ -200,6 +200,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
     parser.add_argument("--warmup-epochs", type=float, default=2)
+    parser.add_argument("--recompute-bn", type=int, default=1024,
+                        help="batch norm's statistics re-estimated before each evaluation (ours' "
+                             "default); 0: the running averages")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-samples", type=int, default=0, help="0: all")
     parser.add_argument("--test-samples", type=int, default=0, help="0: all")

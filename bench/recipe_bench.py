@@ -1,8 +1,10 @@
 """The default recipe at every world size: test loss and accuracy per epoch.
 
 Trains //trainer:cifar with its default recipe (lr x world, reached by a
-linear warm-up from 0 over --warmup-epochs, default 5), with the old default
-(the full rate from the first step: --warmup-epochs=0), and PyTorch DDP with
+linear warm-up from 0 over --warmup-epochs, default 5; batch norm's statistics
+re-estimated before each evaluation, --recompute-bn 1024), with the old
+default (the full rate from the first step and the running averages:
+--warmup-epochs=0 --recompute-bn=0), and PyTorch DDP with
 the Horovod/DDP tutorials' recipe (lr x world from the first step, no warm-up)
 at each world size, on the same data, model, batch per worker, optimizer and
 schedule. Every finished run is appended to --results (JSON lines), so a long
@@ -36,7 +38,7 @@ OUR_EPOCH = re.compile(
 SYSTEMS = {
     # name: (side, extra flags)
     "new": ("ours", []),
-    "old": ("ours", ["--warmup-epochs", "0"]),
+    "old": ("ours", ["--warmup-epochs", "0", "--recompute-bn", "0"]),
     "ddp": ("ddp", []),
 }
 

@@ -63,6 +63,13 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
            "the smaller of epochs / --warmup-epochs and steps / --warmup-steps. Steps, not "
            "epochs, are what a warm-up needs, and a large world on a small data set takes few "
            "steps an epoch. 0: epochs alone.");
+  f.AddInt("recompute-bn", &o.recompute_bn,
+           "Before each evaluation, re-estimate batch norm's statistics at the current weights "
+           "as the plain average over this many training images (unaugmented, shared by the "
+           "workers), instead of evaluating with the running averages, which trail fast-moving "
+           "weights: ResNet18 on the CIFAR-10 subset printed a test loss of 5.49 after epoch 2 "
+           "with them and 2.00 with recomputed ones (docs/training.md). The re-estimate is kept "
+           "and saved with the model. 0: the running averages, as PyTorch evaluates.");
   f.AddInt("step-size", &o.step_size, "Step schedule: epochs between decays.");
   f.AddDouble("gamma", &o.gamma, "Step schedule: decay factor.");
   f.AddInt("plateau-patience", &o.plateau_patience,
@@ -165,6 +172,7 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
           "must be in (0, 1], got " + Show(o.lookahead_alpha));
   Require(o.warmup_epochs >= 0, "warmup-epochs", "must be >= 0, got " + Show(o.warmup_epochs));
   Require(o.warmup_steps >= 0, "warmup-steps", "must be >= 0, got " + Show(o.warmup_steps));
+  Require(o.recompute_bn >= 0, "recompute-bn", "must be >= 0, got " + Show(o.recompute_bn));
   Require(o.step_size >= 1, "step-size", "must be >= 1, got " + Show(o.step_size));
   Require(o.gamma > 0 && o.gamma <= 1, "gamma", "must be in (0, 1], got " + Show(o.gamma));
   Require(o.plateau_patience >= 0, "plateau-patience", "must be >= 0");

@@ -41,8 +41,9 @@ struct TrainOptions {
 
   // Learning-rate schedule.
   std::string schedule = "cosine";
-  double warmup_epochs = 5;  // the rate's linear rise from 0 (docs/training.md)
-  int64_t warmup_steps = 0;  // ... lasting at least this many optimizer steps
+  double warmup_epochs = 5;     // the rate's linear rise from 0 (docs/training.md)
+  int64_t warmup_steps = 0;     // ... lasting at least this many optimizer steps
+  int64_t recompute_bn = 1024;  // batch-norm statistics re-estimated before evaluating
   int64_t step_size = 30;
   double gamma = 0.1;
   int64_t plateau_patience = 5;

@@ -130,6 +130,7 @@ LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithme
   c.arithmetic = arithmetic.Summary();
   c.checkpoint_dir = o.checkpoint_dir;
   c.trace_dir = o.trace_dir;
+  c.recompute_bn = o.recompute_bn;
   return c;
 }
 

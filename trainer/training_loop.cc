@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "collectives/tensor_ops.h"
+#include "trainer/batch_norm_statistics.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checksum.h"
 #include "trainer/elastic/accumulation.h"
@@ -331,6 +332,7 @@ EvalResult TrainingLoop::EvaluateShard() {
       if (!b.is_same(buffer)) buffer.copy_(b);
     }
   }
+  if (config_.recompute_bn > 0) RecomputeBatchNorm();
   std::vector<int64_t> shard;
   for (int64_t i = world_.rank(); i < config_.test_size; i += world_.size()) shard.push_back(i);
   const Objective& objective = *task_.objective;
@@ -354,6 +356,22 @@ EvalResult TrainingLoop::EvaluateShard() {
   std::vector<double> sums = result.ToSums();
   comm->Allreduce(sums.data(), sums.size(), DataType::kFloat64, ReduceOp::kSum);
   return EvalResult::FromSums(sums, objective.num_classes());
+}
+
+void TrainingLoop::RecomputeBatchNorm() {
+  // The first --recompute-bn training images, unaugmented, dealt round the ranks.
+  std::vector<int64_t> shard;
+  const int64_t samples = std::min(config_.recompute_bn, config_.limits.train_size);
+  for (int64_t i = world_.rank(); i < samples; i += world_.size()) shard.push_back(i);
+  LoaderOptions options;
+  options.batch_size = config_.batch_size;
+  options.augment = false;
+  options.threads = static_cast<int>(std::max<int64_t>(1, config_.loader_threads));
+  options.seed = learner_.seed();
+  options.channels_last = config_.channels_last;
+  Loader loader(task_.train, options);
+  RecomputeBatchNormStatistics(learner_.model(), loader, shard, learner_.device(),
+                               config_.precision, world_.data());
 }
 
 void TrainingLoop::FinishTraining() {

@@ -42,6 +42,7 @@ struct LoopConfig {
   int64_t batch_size = 128;    // --batch-size: per rank, the most one micro-batch holds
   int64_t global_batch = 0;    // --global-batch; 0: batch_size x world
   int64_t test_size = 0;       // test samples evaluated (--test-samples)
+  int64_t recompute_bn = 0;    // --recompute-bn: training samples; 0: running averages
   bool augment = true;         // --augment
   int64_t loader_threads = 2;  // --loader-threads
   Precision precision = Precision::kFloat32;
@@ -96,6 +97,7 @@ class TrainingLoop {
   void ReportProgress(const EpochRun& run, const StepShape& shape, double lr, bool first);
   Boundary EpochBoundary(const StepShape& shape);
   EvalResult EvaluateShard();
+  void RecomputeBatchNorm();
   void FinishTraining();
   void WriteCheckpoint(const std::string& learner_bytes, const StatePoint& at);
   // The ranks' parameter checksums agree (throws naming the first that differs).
