@@ -14,7 +14,7 @@ namespace {
 struct Norm {
   torch::nn::BatchNormOptions* options;
   torch::Tensor mean, var, batches;  // the module's buffers, changed in place
-  c10::optional<double> momentum;   // its own, restored afterwards
+  c10::optional<double> momentum;    // its own, restored afterwards
   torch::Tensor saved_batches;       // num_batches_tracked counts training steps
 };
 
