@@ -162,11 +162,12 @@ def evaluate(model, images, labels, rank, world, batch_size, args):
     return correct
 
 
-def recompute_batch_norm(model, images, rank, world, args):
+def recompute_batch_norm(model, images, epoch, rank, world, args):
     """Ours' --recompute-bn (trainer/batch_norm_statistics.cc): each batch norm's
     statistics become the plain average of its batch statistics over the first
-    N training images, unaugmented, dealt round the ranks (rank r takes r, r +
-    world, ...) in batches of --batch-size, weighted by batches over the ranks."""
+    N images of the epoch's permutation (ours' sampler's), unaugmented, dealt
+    round the ranks (rank r takes r, r + world, ...) in batches of
+    --batch-size, weighted by batches over the ranks."""
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
     for m in norms:
@@ -174,7 +175,8 @@ def recompute_batch_norm(model, images, rank, world, args):
         m.running_mean.zero_()
         m.running_var.zero_()
         m.num_batches_tracked.zero_()
-    shard = torch.arange(rank, min(args.recompute_bn, images.shape[0]), world)
+    order = elastic_permutation(images.shape[0], args.seed, epoch)
+    shard = torch.tensor(order[rank:min(args.recompute_bn, len(order)):world], dtype=torch.int64)
     batches = 0
     model.train()
     with torch.no_grad():
@@ -422,7 +424,7 @@ def main():
             accuracy, test_loss = float("nan"), float("nan")
         else:
             if args.recompute_bn > 0:
-                recompute_batch_norm(model, images, rank, world, args)
+                recompute_batch_norm(model, images, epoch, rank, world, args)
             sums = evaluate(model, test_images, test_labels, rank, world, args.batch_size, args)
             count = max(sums[2].item(), 1)
             accuracy, test_loss = sums[0].item() / count, sums[1].item() / count

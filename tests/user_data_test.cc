@@ -82,8 +82,13 @@ TEST(UserDataTest, NpyAndImageFolderReachTheAccuracyOfTheBinaryFiles) {
   const double folder =
       Train(dir, "folder", {"--dataset=image-folder", "--data-dir=" + dir + "/folder"});
   EXPECT_GT(binary, 30) << "resnet8 learnt too little for the comparison to mean anything";
-  EXPECT_NEAR(npy, binary, 1.5);
-  EXPECT_NEAR(folder, binary, 1.5);
+  // The three inputs are not bit for bit the same (a quarter of the folder is
+  // JPEG, the npy arrays carry their own normalisation), and 4 epochs of
+  // training amplify that to 1 or 2 points: measured here 1.48 and 2.06
+  // (folder), 0.10 and 1.87 (npy). A loader that loses or skews samples costs
+  // more: statistics from a class-sorted prefix of the folder cost 8.5.
+  EXPECT_NEAR(npy, binary, 3);
+  EXPECT_NEAR(folder, binary, 3);
 }
 
 }  // namespace

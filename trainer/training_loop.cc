@@ -359,10 +359,14 @@ EvalResult TrainingLoop::EvaluateShard() {
 }
 
 void TrainingLoop::RecomputeBatchNorm() {
-  // The first --recompute-bn training images, unaugmented, dealt round the ranks.
+  // The first --recompute-bn images of this epoch's permutation (a uniform
+  // sample: a data set in file order can be sorted by class, as an image
+  // folder is), unaugmented, dealt round the ranks.
+  const std::vector<int64_t> order =
+      sampler_.Permutation(static_cast<uint64_t>(learner_.progress().epoch));
+  const int64_t samples = std::min<int64_t>(config_.recompute_bn, order.size());
   std::vector<int64_t> shard;
-  const int64_t samples = std::min(config_.recompute_bn, config_.limits.train_size);
-  for (int64_t i = world_.rank(); i < samples; i += world_.size()) shard.push_back(i);
+  for (int64_t i = world_.rank(); i < samples; i += world_.size()) shard.push_back(order[i]);
   LoaderOptions options;
   options.batch_size = config_.batch_size;
   options.augment = false;
