@@ -68,7 +68,7 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
            "as the plain average over this many training images (unaugmented, shared by the "
            "workers), instead of evaluating with the running averages, which trail fast-moving "
            "weights: ResNet18 on the CIFAR-10 subset printed a test loss of 5.49 after epoch 2 "
-           "with them and 2.00 with recomputed ones (docs/training.md). The re-estimate is kept "
+           "with them and 1.99 with recomputed ones (docs/training.md). The re-estimate is kept "
            "and saved with the model. 0: the running averages, as PyTorch evaluates.");
   f.AddInt("step-size", &o.step_size, "Step schedule: epochs between decays.");
   f.AddDouble("gamma", &o.gamma, "Step schedule: decay factor.");

@@ -98,6 +98,9 @@ class TrainingLoop {
   Boundary EpochBoundary(const StepShape& shape);
   EvalResult EvaluateShard();
   void RecomputeBatchNorm();
+  // Evaluation's and the batch-norm re-estimate's: no augmentation, batches
+  // of --batch-size.
+  LoaderOptions UnaugmentedLoaderOptions() const;
   void FinishTraining();
   void WriteCheckpoint(const std::string& learner_bytes, const StatePoint& at);
   // The ranks' parameter checksums agree (throws naming the first that differs).
