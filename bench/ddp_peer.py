@@ -147,11 +147,9 @@ def evaluate(model, images, labels, rank, world, batch_size, args):
     correct = torch.zeros(3, dtype=torch.float64)  # correct, loss sum, count
     with torch.no_grad():
         for start in range(rank * batch_size, images.shape[0], world * batch_size):
-            x = (images[start:start + batch_size].float().div_(255) - MEAN) / STD
-            y = labels[start:start + batch_size]
-            x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
-            y = y.to(args.device)
-            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            x = unaugmented_input(images[start:start + batch_size], args)
+            y = labels[start:start + batch_size].to(args.device)
+            with autocast(args):
                 out = widened(model(x))
             correct[0] += (out.argmax(1) == y).sum().item()
             correct[1] += F.cross_entropy(out, y, reduction="sum").item()
@@ -181,11 +179,8 @@ def recompute_batch_norm(model, images, epoch, rank, world, args):
     model.train()
     with torch.no_grad():
         for start in range(0, shard.numel(), args.batch_size):
-            x = (images[shard[start:start + args.batch_size]].float().div_(255) - MEAN) / STD
-            x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
-            with torch.autocast(args.device, dtype=torch.bfloat16,
-                                enabled=args.precision == "bf16"):
-                model(x)
+            with autocast(args):
+                model(unaugmented_input(images[shard[start:start + args.batch_size]], args))
             batches += 1
     for m, (momentum, tracked) in zip(norms, saved):
         m.momentum = momentum
@@ -200,6 +195,18 @@ def recompute_batch_norm(model, images, epoch, rank, world, args):
         m.running_mean.copy_(sums[offset:offset + c] / total)
         m.running_var.copy_(sums[offset + c:offset + 2 * c] / total)
         offset += 2 * c
+
+
+def unaugmented_input(raw, args):
+    """uint8 images as the model takes them: normalised, on the device, in the
+    weight type and memory format (evaluation and the batch-norm re-estimate)."""
+    x = (raw.float().div_(255) - MEAN) / STD
+    return x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
+
+
+def autocast(args):
+    """bf16: torch.autocast over forward and loss; otherwise a no-op context."""
+    return torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
 
 def weight_type(args):
@@ -392,7 +399,7 @@ def main():
             x = x.to(args.device, weight_type(args)).contiguous(memory_format=memory_format(args))
             y = y.to(args.device)
             optimizer.zero_grad()
-            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            with autocast(args):
                 out = ddp(x)
                 loss = F.cross_entropy(widened(out), y)
             loss.backward()
