@@ -55,7 +55,7 @@ def recipe(args, seed):
 def run_ours(args, seed, log):
     command = [args.ours, "--workers", str(args.workers), "--dataset", "cifar10", "--data-dir",
                args.data_dir, "--schedule", "cosine", "--loader-threads", "1",
-               *recipe(args, seed), *args.ours_flag]
+               "--per-worker-batch", *recipe(args, seed), *args.ours_flag]
     output = run(command, log)
     accuracies = [float(a) / 100 for _, a in OUR_EPOCH.findall(output)]
     return accuracies

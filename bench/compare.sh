@@ -108,7 +108,7 @@ ours() {
                 --threads=1 --loader-threads=1 --seed=0 --log-every=1000000
                 --precision="$PRECISION" --memory-format="$(memory_format "$model")" "$@")
   if [[ -n "$ELASTIC_BIN" ]]; then
-    run "$name" "$ELASTIC_BIN" --workers="$workers" "${common[@]}"
+    run "$name" "$ELASTIC_BIN" --workers="$workers" --per-worker-batch "${common[@]}"
   elif [[ $workers -eq 1 ]]; then
     run "$name" "$OURS_BIN" "${common[@]}"  # the single-process trainer
   else

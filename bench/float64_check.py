@@ -57,6 +57,7 @@ def free_port():
 def run_ours(args, trace):
     run([args.ours, "--workers", str(args.workers), "--dataset", "cifar10", "--data-dir",
          args.data_dir, "--schedule", "cosine", "--loader-threads", "1", "--trace-dir", trace,
+         "--per-worker-batch",
          *recipe(args)], os.path.join(args.work, "ours.log"))
 
 

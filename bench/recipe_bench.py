@@ -1,13 +1,14 @@
 """The default recipe at every world size: test loss and accuracy per epoch.
 
-Trains //trainer:cifar with its default recipe (lr x world, reached by a
-linear warm-up from 0 over --warmup-epochs, default 5; batch norm's statistics
-re-estimated before each evaluation, --recompute-bn 1024), with the old
-default (the full rate from the first step and the running averages:
---warmup-epochs=0 --recompute-bn=0), and PyTorch DDP with
-the Horovod/DDP tutorials' recipe (lr x world from the first step, no warm-up)
-at each world size, on the same data, model, batch per worker, optimizer and
-schedule. Every finished run is appended to --results (JSON lines), so a long
+Trains //trainer:cifar with its default recipe (one global batch of
+--batch-size a step split over the workers and lr --lr at every world size,
+reached by a linear warm-up from 0 over --warmup-epochs, default 5; batch
+norm's statistics re-estimated before each evaluation, --recompute-bn 1024),
+with the old default (--batch-size per worker and lr x world from the first
+step, evaluated with the running averages: --per-worker-batch
+--warmup-epochs=0 --recompute-bn=0), and PyTorch DDP with the Horovod/DDP
+tutorials' recipe (as the old default) at each world size, on the same data,
+model, optimizer and schedule. Every finished run is appended to --results (JSON lines), so a long
 comparison can be stopped and resumed.
 
   /usr/bin/python3 bench/recipe_bench.py --ours bazel-bin/trainer/cifar \\
@@ -38,19 +39,30 @@ OUR_EPOCH = re.compile(
 SYSTEMS = {
     # name: (side, extra flags)
     "new": ("ours", []),
-    "old": ("ours", ["--warmup-epochs", "0", "--recompute-bn", "0"]),
+    "old": ("ours", ["--per-worker-batch", "--warmup-epochs", "0", "--recompute-bn", "0"]),
     "ddp": ("ddp", []),
 }
 
 
-def recipe(args, seed, world):
+def step_samples(args, side, extra, world):
+    """Samples an optimizer step takes: DDP and ours with --per-worker-batch
+    take --batch-size per worker, ours by default --batch-size in all."""
+    for flag in extra:
+        if flag.startswith("--global-batch="):
+            return int(flag.split("=", 1)[1])
+    if side == "ddp" or "--per-worker-batch" in extra:
+        return args.batch_size * world
+    return args.batch_size
+
+
+def recipe(args, seed, world, samples):
     """The flags both sides share, in ours' spelling."""
     flags = ["--model", args.model, "--batch-size", str(args.batch_size), "--epochs",
              str(args.epochs), "--lr", str(args.lr), "--seed", str(seed), "--threads",
              str(args.threads), "--precision", args.precision, "--memory-format",
              args.memory_format]
     if args.run_epochs < args.epochs:
-        steps = args.run_epochs * math.ceil(args.train_images / (args.batch_size * world))
+        steps = args.run_epochs * math.ceil(args.train_images / samples)
         flags += ["--max-steps", str(steps)]
     return flags
 
@@ -58,7 +70,7 @@ def recipe(args, seed, world):
 def run_ours(args, seed, world, extra, log):
     command = [args.ours, "--dataset", "cifar10", "--data-dir", args.data_dir, "--schedule",
                "cosine", "--loader-threads", "1", "--workers", str(world),
-               *recipe(args, seed, world), *extra]
+               *recipe(args, seed, world, step_samples(args, "ours", extra, world)), *extra]
     output = run(command, log)
     return [(int(e), float(loss), float(acc) / 100) for e, loss, acc in OUR_EPOCH.findall(output)]
 
@@ -67,7 +79,7 @@ def run_ddp(args, seed, world, extra, log):
     command = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
                "--standalone", "--nproc_per_node", str(world),
                os.path.join(ROOT, "bench", "ddp_peer.py"), "--data-dir", args.data_dir,
-               *recipe(args, seed, world), *extra]
+               *recipe(args, seed, world, step_samples(args, "ddp", extra, world)), *extra]
     output = run(command, log, env={"OMP_NUM_THREADS": str(args.threads)})
     return [(r["epoch"], r["test_loss"], r["test_accuracy"]) for r in ddp_epoch_results(output)]
 
@@ -96,11 +108,12 @@ def main():
     parser.add_argument("--workers", default="1,2,4,8", help="world sizes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--batch-size", type=int, default=128, help="per worker")
+    parser.add_argument("--batch-size", type=int, default=128,
+                        help="a step's (ours) or per worker (old, ddp)")
     parser.add_argument("--epochs", type=int, default=15, help="the schedule's length")
     parser.add_argument("--run-epochs", type=int, default=0,
                         help="stop each run after this many epochs; 0: --epochs")
-    parser.add_argument("--lr", type=float, default=0.1, help="per worker; x world size")
+    parser.add_argument("--lr", type=float, default=0.1, help="x world size for old and ddp")
     parser.add_argument("--threads", type=int, default=1, help="compute threads per worker")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--memory-format", default="channels-last",
@@ -160,7 +173,8 @@ def main():
                 print(f"  epoch 1 test loss {show_loss(epochs[0][1])}, last accuracy "
                       f"{epochs[-1][2] * 100:.2f}% in {row['seconds']} s", flush=True)
 
-    print(f"\n{args.model}, batch {args.batch_size}/worker, lr {args.lr} x world, cosine over "
+    print(f"\n{args.model}, batch {args.batch_size} (a step's, or a worker's with "
+          f"--per-worker-batch and ddp), lr {args.lr} (x world for those), cosine over "
           f"{args.epochs} epochs (first {args.run_epochs} run), {args.precision}, "
           f"{args.memory_format}, seed {args.seed}")
     headline = []

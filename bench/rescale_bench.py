@@ -132,7 +132,7 @@ START = re.compile(r"START (\{.*\})")
 def ours_argv(args, workers, token_file):
     return [args.ours, f"--workers={workers}", f"--model={args.model}", "--dataset=cifar10",
             f"--data-dir={args.data_dir}", "--epochs=1000", f"--batch-size={args.batch_size}",
-            "--threads=1", "--loader-threads=1", "--test-samples=64",
+            "--per-worker-batch", "--threads=1", "--loader-threads=1", "--test-samples=64",
             f"--commit-every={args.commit_every}", f"--token-file={token_file}",
             "--log-every=1000000", f"--seed={args.seed}"]
 

@@ -34,8 +34,8 @@ COPY = re.compile(r"restoring the controller's copy \(.*, (\d+) bytes\)")
 def run(args, model, copy_every, tmp, state_dir=False):
     argv = [args.ours, f"--workers={args.workers}", f"--model={model}", "--dataset=cifar10",
             f"--data-dir={args.data_dir}", f"--epochs={args.epochs}",
-            f"--batch-size={args.batch_size}", f"--train-samples={args.train_samples}",
-            "--test-samples=64", "--threads=1", "--loader-threads=1",
+            f"--batch-size={args.batch_size}", "--per-worker-batch",
+            f"--train-samples={args.train_samples}", "--test-samples=64", "--threads=1", "--loader-threads=1",
             f"--commit-every={args.commit_every}", f"--state-copy-every={copy_every}",
             "--log-every=1000000", "--metrics-port=0", f"--run-dir={tmp}/run", "--seed=1"]
     if state_dir:

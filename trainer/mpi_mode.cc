@@ -27,6 +27,7 @@ void ValidateMpiRun(const ElasticOptions& o) {
       {"--drain-timeout", o.drain_timeout != d.drain_timeout},
       {"--rendezvous-timeout", o.rendezvous_timeout != d.rendezvous_timeout},
       {"--global-batch", o.global_batch != d.global_batch},
+      {"--per-worker-batch", o.per_worker_batch != d.per_worker_batch},
       {"--log-samples", o.log_samples != d.log_samples},
       {"--blacklist-after", o.blacklist_after != d.blacklist_after},
       {"--blacklist-seconds", o.blacklist_seconds != d.blacklist_seconds},

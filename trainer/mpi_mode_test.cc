@@ -39,6 +39,9 @@ TEST(MpiModeTest, RejectsElasticFlagsNamingThem) {
   global_batch.global_batch = 256;
   EXPECT_NE(Rejection(global_batch).find("--global-batch"), std::string::npos);
   EXPECT_NE(Rejection(global_batch).find("mpirun"), std::string::npos);
+  ElasticOptions per_worker;
+  per_worker.per_worker_batch = true;
+  EXPECT_NE(Rejection(per_worker).find("--per-worker-batch"), std::string::npos);
 }
 
 TEST(MpiModeTest, SharesTheCoresAmongTheRanksOfThisMachine) {

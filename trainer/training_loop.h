@@ -40,7 +40,7 @@ class SummingGradientHook;
 struct LoopConfig {
   TrainingLimits limits;       // train_size, epochs, --max-steps, commits, checkpoints
   int64_t batch_size = 128;    // --batch-size: per rank, the most one micro-batch holds
-  int64_t global_batch = 0;    // --global-batch; 0: batch_size x world
+  int64_t global_batch = 0;    // samples a step; 0: batch_size x world
   int64_t test_size = 0;       // test samples evaluated (--test-samples)
   int64_t recompute_bn = 0;    // --recompute-bn: training samples; 0: running averages
   bool augment = true;         // --augment

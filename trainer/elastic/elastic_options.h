@@ -36,8 +36,14 @@ struct ElasticOptions {
   double rendezvous_timeout = 60;  // seconds
   double heartbeat_timeout = 3;    // seconds of silence before a process is declared failed
   double reconnect_timeout = 60;   // seconds nodes and workers wait for a lost head
-  int64_t global_batch = 0;        // 0: per-worker --batch-size and lr x world size
-  std::string log_samples;         // directory; "" = off
+  // Samples an optimizer step takes whatever the world size; 0: --batch-size.
+  // The same steps at every world is what let world 8 train like world 1 on
+  // the CIFAR-10 subset (docs/training.md, "One global batch by default").
+  int64_t global_batch = 0;
+  // The Horovod/DDP tutorials' recipe instead: --batch-size per worker and lr
+  // x world size, so that the step and the rate change as workers come and go.
+  bool per_worker_batch = false;
+  std::string log_samples;  // directory; "" = off
   // Rank 0 sends the controller a copy of the state every this many commits
   // (0: never; then losing every worker at once falls back to a checkpoint).
   // 5: a copy at every commit cost ResNet18 5-7% of images/s on 2 cores
@@ -62,6 +68,11 @@ void RegisterElasticFlags(FlagSet& flags, ElasticOptions& options);
 
 // Rejects impossible combinations with a FlagError naming the flag.
 void ValidateElasticOptions(const ElasticOptions& options, const TrainOptions& train);
+
+// The samples of one optimizer step whatever the world size: --global-batch,
+// else --batch-size; 0 with --per-worker-batch (--batch-size per worker and
+// lr x world size).
+int64_t GlobalBatch(const ElasticOptions& options, const TrainOptions& train);
 
 // True when these options ask for the elastic trainer rather than the
 // single-process loop (a worker, a driver with --workers, or --join).

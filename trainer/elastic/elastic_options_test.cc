@@ -83,6 +83,26 @@ TEST(ElasticOptionsTest, GlobalBatchNeedsASampleForEveryWorker) {
   ExpectFlagError(o, "--global-batch");
 }
 
+TEST(ElasticOptionsTest, OneGlobalBatchByDefault) {
+  ElasticOptions o;
+  TrainOptions train;
+  train.batch_size = 96;
+  EXPECT_EQ(GlobalBatch(o, train), 96);  // --batch-size a step, whatever the world
+  o.global_batch = 1000;
+  EXPECT_EQ(GlobalBatch(o, train), 1000);
+  o.global_batch = 0;
+  o.per_worker_batch = true;
+  EXPECT_EQ(GlobalBatch(o, train), 0);  // --batch-size per worker, lr x world
+
+  ElasticOptions many;
+  many.workers = 200;
+  ExpectFlagError(many, "the global batch (--batch-size=128) is below --workers=200");
+  many.per_worker_batch = true;
+  ValidateElasticOptions(many, TrainOptions());
+  many.global_batch = 256;
+  ExpectFlagError(many, "--per-worker-batch and --global-batch=256 do not go together");
+}
+
 TEST(ElasticOptionsTest, Bf16IsAccepted) {
   ElasticOptions o;
   o.workers = 2;

@@ -475,8 +475,9 @@ bool Worker::LoadSource(const GenerationOrder& order, int rank) {
 
 Worker::Outcome Worker::Train(const GenerationOrder& order, GenerationWorld& world) {
   const int rank = world.rank();
-  // A fresh Learner per generation: the learning rate scales with the world.
-  learner_ = MakeLearner(train_, task_, arithmetic_, device_, world.size(), elastic_.global_batch);
+  // A fresh Learner per generation: with --per-worker-batch the learning rate
+  // scales with the world.
+  learner_ = MakeLearner(train_, task_, arithmetic_, device_, world.size(), config_.global_batch);
   TrainingLoop loop(task_, config_, *learner_, state_, world);
   if (!LoadSource(order, rank)) return Outcome::kFailed;
   loop.Sync(order.source.kind == SourceKind::kMember ? order.source.rank : 0);
@@ -560,10 +561,11 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   GenerationWorld generation(services_, generation_, rank, world, comm.get(),
                              nccl ? nccl.get() : comm.get());
   if (rank == 0) {
-    const StepShape shape = ShapeSteps(elastic_.global_batch, train_.batch_size, world, rank);
+    const StepShape shape = ShapeSteps(config_.global_batch, train_.batch_size, world, rank);
     if (shape.step_samples < world) {
       controller_.Log(
-          "world %d is larger than --global-batch=%lld: ranks %lld..%d take no samples and join "
+          "world %d is larger than the global batch of %lld samples: ranks %lld..%d take no "
+          "samples and join "
           "each step with zero weight",
           world, static_cast<long long>(shape.step_samples),
           static_cast<long long>(shape.step_samples), world - 1);
@@ -609,7 +611,7 @@ int Worker::Run() {
   arithmetic_ = ChooseArithmetic(train_, task_, device_);
   config_ = MakeLoopConfig(train_, task_, arithmetic_);
   config_.limits.commit_every = elastic_.commit_every;
-  config_.global_batch = elastic_.global_batch;
+  config_.global_batch = GlobalBatch(elastic_, train_);
 
   // The model before the first sync: a freshly seeded one (rank 0's is what
   // everyone gets, and only at the very start of a job).
