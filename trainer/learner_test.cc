@@ -48,6 +48,47 @@ TEST(OptimizerTest, SgdNesterovWithWeightDecayMatchesTheFormula) {
   EXPECT_TRUE(torch::allclose(w.detach(), expected, 1e-12, 1e-12)) << w << expected;
 }
 
+// Golden values from torch 1.13 in Python: torch.optim.AdamW with the groups
+// [{W, weight_decay 0.1}, {b, weight_decay 0}], lr 1e-2, betas (0.9, 0.99),
+// and torch.nn.utils.clip_grad_norm_([W, b], 1.0) before each of three steps
+// (float64, the gradients below).
+TEST(OptimizerTest, AdamWWithClippingMatchesTorch) {
+  const auto f64 = torch::TensorOptions(torch::kDouble);
+  torch::Tensor w = torch::tensor({0.5, -1.0, 2.0, 0.25, 0.0, -0.75}, f64).view({2, 3});
+  torch::Tensor b = torch::tensor({0.1, -0.2, 0.3}, f64);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.lr = 1e-2;
+  o.adam_beta1 = 0.9;
+  o.adam_beta2 = 0.99;
+  o.weight_decay = 0.1;  // the matrix only: a bias is not decayed
+  auto adamw = MakeOptimizer({w, b}, o);
+  const std::vector<std::pair<std::vector<double>, std::vector<double>>> grads = {
+      {{1.0, -2.0, 0.5, 0.0, 3.0, -1.0}, {0.5, 0.5, -4.0}},
+      {{0.1, 0.2, 0.3, -0.4, 0.5, -0.6}, {0.01, -0.02, 0.03}},
+      {{-3.0, 1.0, 0.0, 2.0, -2.0, 1.0}, {1.0, 0.0, -1.0}},
+  };
+  const double norms[] = {5.634713834792322, 0.9546727187890099, 4.582575694955841};
+  for (size_t step = 0; step < grads.size(); ++step) {
+    w.mutable_grad() = torch::tensor(grads[step].first, f64).view({2, 3});
+    b.mutable_grad() = torch::tensor(grads[step].second, f64);
+    const double norm = torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{w, b}, 1.0);
+    EXPECT_NEAR(norm, norms[step], 1e-12);
+    adamw->Step();
+  }
+  const torch::Tensor w_torch =
+      torch::tensor({0.482935613147209, -0.9863739433738427, 1.9680291114659025, 0.2558449664605006,
+                     -0.023293684568398466, -0.7242733413445084},
+                    f64);
+  const torch::Tensor b_torch =
+      torch::tensor({0.07441279597204135, -0.21871330512571857, 0.3230108362543696}, f64);
+  EXPECT_TRUE(torch::allclose(w.detach().flatten(), w_torch, 1e-12, 1e-12)) << w;
+  EXPECT_TRUE(torch::allclose(b.detach(), b_torch, 1e-12, 1e-12)) << b;
+  EXPECT_EQ(adamw->StateOf(w).count("exp_avg_sq"), 1u);
+}
+
 TEST(OptimizerTest, LookaheadPullsSlowWeightsEveryKSteps) {
   torch::Tensor w = torch::zeros({3}, torch::TensorOptions(torch::kDouble).requires_grad(true));
   OptimizerOptions o;

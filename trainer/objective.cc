@@ -126,4 +126,30 @@ double Regression::MetricSum(const torch::Tensor& output, const torch::Tensor& t
          static_cast<double>(output.numel() / std::max<int64_t>(1, output.size(0)));
 }
 
+LanguageModel::LanguageModel(int64_t vocab_size) : vocab_size_(vocab_size) {
+  if (vocab_size < 2) throw std::invalid_argument("LanguageModel: needs at least two tokens");
+}
+
+void LanguageModel::CheckShapes(const torch::Tensor& output, const torch::Tensor& target) const {
+  if (output.dim() != 3 || output.size(2) != vocab_size_ || target.dim() != 2 ||
+      output.size(0) != target.size(0) || output.size(1) != target.size(1)) {
+    throw std::invalid_argument("LanguageModel: expected logits [N, T, " +
+                                std::to_string(vocab_size_) + "] and next tokens [N, T], got " +
+                                c10::str(output.sizes()) + " and " + c10::str(target.sizes()));
+  }
+}
+
+torch::Tensor LanguageModel::Loss(const torch::Tensor& output, const torch::Tensor& target) const {
+  CheckShapes(output, target);
+  return torch::nn::functional::cross_entropy(Widened(output).reshape({-1, vocab_size_}),
+                                              target.reshape({-1}).to(output.device()));
+}
+
+double LanguageModel::MetricSum(const torch::Tensor& output, const torch::Tensor& target) const {
+  CheckShapes(output, target);
+  // Each sample's fraction of right next tokens, summed over samples.
+  const torch::Tensor hits = output.argmax(2).eq(target.to(output.device()));
+  return hits.to(torch::kDouble).mean(1).sum().item<double>();
+}
+
 }  // namespace elastic::trainer

@@ -94,6 +94,28 @@ class Regression : public Objective {
   double MetricSum(const torch::Tensor& output, const torch::Tensor& target) const override;
 };
 
+// Next-token prediction: cross-entropy of [N, T, V] logits against the [N, T]
+// next tokens, the mean over the N x T tokens. Every sample has T tokens, so
+// the mean over samples of each sample's token mean (what the sums of
+// objective.h add up to) is the mean over tokens. The metric is next-token
+// accuracy; perplexity is exp of the loss.
+class LanguageModel : public Objective {
+ public:
+  explicit LanguageModel(int64_t vocab_size);
+  std::string metric_name() const override { return "token accuracy"; }
+  bool metric_is_fraction() const override { return true; }
+  bool higher_is_better() const override { return true; }
+  int64_t vocab_size() const { return vocab_size_; }
+  // Throws std::invalid_argument when `output` is not [N, T, vocab_size] or
+  // `target` not [N, T].
+  torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) const override;
+  double MetricSum(const torch::Tensor& output, const torch::Tensor& target) const override;
+
+ private:
+  void CheckShapes(const torch::Tensor& output, const torch::Tensor& target) const;
+  int64_t vocab_size_;
+};
+
 // Label-smoothed cross-entropy, mean over the batch, computed in float32.
 torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
                            double label_smoothing);

@@ -42,6 +42,27 @@ TEST(ObjectiveTest, RegressionIsMeanSquaredErrorWithMeanAbsoluteErrorAsMetric) {
   EXPECT_FALSE(objective.metric_is_fraction());
 }
 
+TEST(ObjectiveTest, LanguageModelIsTheMeanOverTokens) {
+  LanguageModel objective(5);
+  torch::manual_seed(3);
+  const torch::Tensor logits = torch::randn({2, 3, 5});
+  const torch::Tensor next = torch::tensor({{0, 1, 4}, {2, 2, 3}}, torch::kLong);
+  // F.cross_entropy(logits.view(-1, 5), next.view(-1)): the mean over the 6 tokens.
+  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kDouble), 2);
+  const double expected = -log_p.gather(2, next.unsqueeze(2)).mean().item<double>();
+  EXPECT_NEAR(objective.Loss(logits, next).item<double>(), expected, 1e-6);
+  // Two samples of equal length: the sums of objective.h average to the token mean.
+  EvalResult result;
+  objective.Evaluate(logits, next, result);
+  EXPECT_EQ(result.count, 2);
+  EXPECT_NEAR(result.loss(), expected, 1e-6);
+  const torch::Tensor right = logits.argmax(2).eq(next).to(torch::kDouble);
+  EXPECT_NEAR(result.metric(), right.mean().item<double>(), 1e-12);
+  EXPECT_THROW(objective.Loss(torch::zeros({2, 3, 4}), next), std::invalid_argument);
+  EXPECT_THROW(objective.Loss(logits, next.narrow(1, 0, 2)), std::invalid_argument);
+  EXPECT_THROW(LanguageModel(1), std::invalid_argument);
+}
+
 TEST(ObjectiveTest, ResultsAddUpAsSums) {
   Classification objective(2);
   EvalResult a(2), b(2);

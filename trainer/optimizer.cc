@@ -1,6 +1,7 @@
 #include "trainer/optimizer.h"
 
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <stdexcept>
@@ -16,6 +17,9 @@ std::map<std::string, torch::Tensor> NamedState(const torch::optim::OptimizerPar
   if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
     return {{"exp_avg", adam->exp_avg()}, {"exp_avg_sq", adam->exp_avg_sq()}};
   }
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
+    return {{"exp_avg", adamw->exp_avg()}, {"exp_avg_sq", adamw->exp_avg_sq()}};
+  }
   return {};
 }
 
@@ -24,9 +28,10 @@ std::map<std::string, torch::Tensor> NamedState(const torch::optim::OptimizerPar
 template <typename TorchOptimizer, typename TorchOptions>
 class TorchOptimizerAdapter : public Optimizer {
  public:
-  TorchOptimizerAdapter(std::string kind, const std::vector<torch::Tensor>& params,
-                        TorchOptions options)
-      : kind_(std::move(kind)), optimizer_(params, options) {}
+  // `params`: the tensors, or param groups with options of their own.
+  template <typename Params>
+  TorchOptimizerAdapter(std::string kind, Params params, TorchOptions options)
+      : kind_(std::move(kind)), optimizer_(std::move(params), options) {}
 
   void ZeroGrad() override { optimizer_.zero_grad(); }
   void Step() override { optimizer_.step(); }
@@ -64,6 +69,24 @@ class TorchOptimizerAdapter : public Optimizer {
   TorchOptimizer optimizer_;
 };
 
+// AdamW's two groups, as nanoGPT's configure_optimizers makes them: weight
+// decay for the matrices and embeddings (2 dimensions or more), none for
+// biases and normalisation gains. Empty groups are left out.
+std::vector<torch::optim::OptimizerParamGroup> DecayGroups(const std::vector<torch::Tensor>& params,
+                                                           const OptimizerOptions& o) {
+  std::vector<torch::Tensor> decayed, other;
+  for (const torch::Tensor& p : params) (p.dim() >= 2 ? decayed : other).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto* group : {&decayed, &other}) {
+    if (group->empty()) continue;
+    auto options = std::make_unique<torch::optim::AdamWOptions>(o.lr);
+    options->betas({o.adam_beta1, o.adam_beta2});
+    options->weight_decay(group == &decayed ? o.weight_decay : 0.0);
+    groups.emplace_back(*group, std::move(options));
+  }
+  return groups;
+}
+
 }  // namespace
 
 std::unique_ptr<Optimizer> MakeOptimizer(const std::vector<torch::Tensor>& params,
@@ -82,8 +105,12 @@ std::unique_ptr<Optimizer> MakeOptimizer(const std::vector<torch::Tensor>& param
         torch::optim::AdamOptions(o.lr)
             .betas({o.adam_beta1, o.adam_beta2})
             .weight_decay(o.weight_decay));
+  } else if (o.kind == "adamw") {
+    base = std::make_unique<TorchOptimizerAdapter<torch::optim::AdamW, torch::optim::AdamWOptions>>(
+        "adamw", DecayGroups(params, o),
+        torch::optim::AdamWOptions(o.lr).betas({o.adam_beta1, o.adam_beta2}));
   } else {
-    throw std::invalid_argument("unknown optimizer '" + o.kind + "' (sgd, adam)");
+    throw std::invalid_argument("unknown optimizer '" + o.kind + "' (sgd, adam, adamw)");
   }
   if (!o.lookahead) return base;
   return std::make_unique<Lookahead>(std::move(base), params, o.lookahead_k, o.lookahead_alpha);

@@ -1,5 +1,7 @@
 // Optimizers behind one small interface: SGD (momentum, Nesterov, weight
-// decay) and Adam from LibTorch, and Lookahead, which wraps either.
+// decay), Adam (L2 decay coupled into the gradient) and AdamW (decoupled
+// decay, of matrices and embeddings only) from LibTorch, and Lookahead, which
+// wraps any of them.
 //
 // The learning rate is set from outside before every step (the schedule owns
 // it), and the whole state saves to and loads from a LibTorch archive so it
@@ -19,7 +21,7 @@
 namespace elastic::trainer {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // "sgd" or "adam"
+  std::string kind = "sgd";  // "sgd", "adam" or "adamw"
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -46,7 +48,10 @@ class Optimizer {
   virtual std::map<std::string, torch::Tensor> StateOf(const torch::Tensor& param) const = 0;
 };
 
-// SGD or Adam over `params`, wrapped in Lookahead when options.lookahead.
+// SGD, Adam or AdamW over `params`, wrapped in Lookahead when
+// options.lookahead. AdamW decays the parameters of two dimensions or more
+// (matrices, convolutions, embeddings) and not the others (biases, norms'
+// gains), as nanoGPT's optimizer groups do.
 std::unique_ptr<Optimizer> MakeOptimizer(const std::vector<torch::Tensor>& params,
                                          const OptimizerOptions& options);
 

@@ -34,14 +34,24 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddInt("max-steps", &o.max_steps,
            "Stop after this many optimizer steps in total (the last epoch is cut short and "
            "evaluated); 0: no limit.");
-  f.AddInt("batch-size", &o.batch_size, "Images per optimizer step.");
-  f.AddString("optimizer", &o.optimizer, "Optimizer.", {"sgd", "adam"});
-  f.AddDouble("lr", &o.lr, "Peak learning rate (reached after warm-up).");
+  f.AddInt("batch-size", &o.batch_size,
+           "Images per optimizer step; with --workers, split over the workers (--global-batch, "
+           "--per-worker-batch).");
+  f.AddString("optimizer", &o.optimizer,
+              "Optimizer. sgd: --momentum, --nesterov, --weight-decay as L2; adam: "
+              "--weight-decay as L2 added to the gradient; adamw: decoupled weight decay "
+              "(torch.optim.AdamW) of the matrices, convolutions and embeddings only, not of "
+              "biases and norms' gains, as nanoGPT groups them.",
+              {"sgd", "adam", "adamw"});
+  f.AddDouble("lr", &o.lr,
+              "Peak learning rate (reached after warm-up), at every world size; x world size "
+              "with --per-worker-batch or mpirun.");
   f.AddDouble("momentum", &o.momentum, "SGD momentum.");
   f.AddBool("nesterov", &o.nesterov, "Use Nesterov momentum with SGD.");
-  f.AddDouble("weight-decay", &o.weight_decay, "L2 weight decay (SGD and Adam).");
-  f.AddDouble("adam-beta1", &o.adam_beta1, "Adam's first-moment decay.");
-  f.AddDouble("adam-beta2", &o.adam_beta2, "Adam's second-moment decay.");
+  f.AddDouble("weight-decay", &o.weight_decay,
+              "Weight decay: L2 for sgd and adam, decoupled for adamw.");
+  f.AddDouble("adam-beta1", &o.adam_beta1, "Adam's and AdamW's first-moment decay.");
+  f.AddDouble("adam-beta2", &o.adam_beta2, "Adam's and AdamW's second-moment decay.");
   f.AddBool("lookahead", &o.lookahead,
             "Wrap the optimizer in Lookahead: every k steps the slow weights move alpha of the "
             "way to the fast weights and the fast weights restart from them.");
@@ -53,7 +63,7 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "--plateau-factor when test loss has not improved for --plateau-patience epochs.",
               {"cosine", "step", "plateau", "constant"});
   f.AddDouble("warmup-epochs", &o.warmup_epochs,
-              "Linear warm-up from 0 to the peak rate (--lr, x world size unless --global-batch) "
+              "Linear warm-up from 0 to the peak rate (--lr) "
               "over this many epochs (fractions allowed), as Goyal et al. and Horovod's examples "
               "do. Without it ResNet18 at lr 0.1 diverged in its first epoch at every world size, "
               "world 1 included (docs/training.md, \"Warm-up by default\"); 0: the full rate from "
