@@ -89,6 +89,15 @@ TEST(FlagsTest, RejectsImpossibleValues) {
             std::string::npos);
   EXPECT_NE(ParseError({"--resume"}).find("--resume needs --checkpoint-dir"), std::string::npos);
   EXPECT_NE(ParseError({"--min-lr=1"}).find("--min-lr"), std::string::npos);
+  EXPECT_NE(ParseError({"--adam-beta2=1", "--optimizer=adamw"}).find("--adam-beta2"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--decay-steps=-1"}).find("--decay-steps"), std::string::npos);
+  EXPECT_NE(ParseError({"--decay-steps=100", "--schedule=step"})
+                .find("--decay-steps needs --schedule=cosine"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--decay-steps=100", "--warmup-steps=100"})
+                .find("--decay-steps must be above --warmup-steps=100"),
+            std::string::npos);
 }
 
 TEST(FlagsTest, UserDataNeedsItsDirectoryAndImageSizeItsDataSet) {
@@ -123,7 +132,7 @@ TEST(FlagsTest, HelpExplainsEveryFlagWithItsDefault) {
   for (const char* expected :
        {"--model=STRING", "(default: \"resnet18\")", "--lr=FLOAT", "(default: 0.1)", "--epochs=INT",
         "(default: 200)", "--nesterov\n", "(default: false)", "--augment\n", "(default: true)",
-        "One of: sgd adam.", "--checkpoint-dir", "--resume", "--max-steps", "--list-models",
+        "One of: sgd adam adamw.", "--checkpoint-dir", "--resume", "--max-steps", "--list-models",
         "--help"}) {
     EXPECT_NE(help.find(expected), std::string::npos) << expected << "\n" << help;
   }

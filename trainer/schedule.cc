@@ -34,17 +34,26 @@ LrSchedule::LrSchedule(ScheduleOptions options) : options_(options) {
   if (options_.warmup_steps < 0) throw std::invalid_argument("schedule: warmup_steps < 0");
   if (options_.total_epochs <= 0) throw std::invalid_argument("schedule: total_epochs must be > 0");
   if (options_.step_size <= 0) throw std::invalid_argument("schedule: step_size must be > 0");
+  if (options_.decay_steps < 0) throw std::invalid_argument("schedule: decay_steps < 0");
+  if (options_.decay_steps > 0 && options_.decay_steps <= options_.warmup_steps)
+    throw std::invalid_argument("schedule: decay_steps must be above warmup_steps");
 }
 
-double LrSchedule::Decayed(double epochs_done) const {
+double LrSchedule::Decayed(double epochs_done, int64_t steps_done) const {
   const ScheduleOptions& o = options_;
   switch (o.kind) {
     case ScheduleKind::kConstant:
       return o.base_lr;
     case ScheduleKind::kCosine: {
-      // Cosine annealing over the epochs after warm-up.
-      const double span = o.total_epochs - o.warmup_epochs;
-      const double t = span > 0 ? std::clamp((epochs_done - o.warmup_epochs) / span, 0.0, 1.0) : 1;
+      // Cosine annealing over the steps or the epochs after warm-up.
+      double t = 1;
+      if (o.decay_steps > 0) {
+        t = static_cast<double>(steps_done - o.warmup_steps) /
+            static_cast<double>(o.decay_steps - o.warmup_steps);
+      } else if (o.total_epochs > o.warmup_epochs) {
+        t = (epochs_done - o.warmup_epochs) / (o.total_epochs - o.warmup_epochs);
+      }
+      t = std::clamp(t, 0.0, 1.0);
       return o.min_lr + (o.base_lr - o.min_lr) * 0.5 * (1 + std::cos(kPi * t));
     }
     case ScheduleKind::kStep:
@@ -66,7 +75,7 @@ double LrSchedule::WarmupFactor(double epochs_done, int64_t steps_done) const {
 }
 
 double LrSchedule::LearningRate(double epochs_done, int64_t steps_done) const {
-  return Decayed(epochs_done) * WarmupFactor(epochs_done, steps_done);
+  return Decayed(epochs_done, steps_done) * WarmupFactor(epochs_done, steps_done);
 }
 
 void LrSchedule::EndEpoch(double validation_loss) {

@@ -3,10 +3,11 @@
 // Both are functions of training progress measured in epochs, a fraction
 // (epoch + samples consumed / data set size), not of a step count: the
 // distributed trainer changes the number of steps per epoch whenever the world
-// changes size, and the schedule must not notice. The one exception is a
-// warm-up floor in optimizer steps: a large world on a small data set takes
-// few steps an epoch, and a warm-up of a few steps is no warm-up (ResNet18 at
-// 8 workers on 4,068 images diverged after the 20 steps of 5 epochs).
+// changes size, and the schedule must not notice. The exceptions count
+// optimizer steps: a warm-up floor (a large world on a small data set takes
+// few steps an epoch, and a warm-up of a few steps is no warm-up: ResNet18 at
+// 8 workers on 4,068 images diverged after the 20 steps of 5 epochs), and a
+// cosine over a number of steps, as language models are trained (nanoGPT).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,11 @@ struct ScheduleOptions {
   double warmup_epochs = 0;
   int64_t warmup_steps = 0;  // warm-up lasts at least this many optimizer steps
   double total_epochs = 1;   // cosine reaches min_lr here
-  double step_size = 30;     // step: epochs between decays
-  double gamma = 0.1;        // step: decay factor
+  // > 0: cosine counts optimizer steps instead, from warmup_steps to here
+  // (nanoGPT's lr_decay_iters), then stays at min_lr.
+  int64_t decay_steps = 0;
+  double step_size = 30;  // step: epochs between decays
+  double gamma = 0.1;     // step: decay factor
   int64_t plateau_patience = 5;
   double plateau_factor = 0.1;
 };
@@ -59,7 +63,7 @@ class LrSchedule {
   const ScheduleOptions& options() const { return options_; }
 
  private:
-  double Decayed(double epochs_done) const;
+  double Decayed(double epochs_done, int64_t steps_done) const;
 
   ScheduleOptions options_;
   double best_ = 0;

@@ -72,6 +72,29 @@ TEST(ScheduleTest, WarmupLastsUntilBothItsEpochsAndItsStepsHavePassed) {
   EXPECT_NEAR(LrSchedule(o).LearningRate(5, 5), 0.5 * 0.05, 1e-12);
 }
 
+// nanoGPT's CPU recipe on tiny Shakespeare: lr 1e-3, 100 warm-up steps, cosine
+// to 1e-4 at step 2,000 (its get_lr: lr * it / warmup_iters, then
+// min_lr + 0.5 * (1 + cos(pi * (it - warmup) / (decay - warmup))) * (lr - min_lr)).
+TEST(ScheduleTest, CosineOverStepsIsNanoGptsSchedule) {
+  ScheduleOptions o = Options(ScheduleKind::kCosine);
+  o.base_lr = 1e-3;
+  o.min_lr = 1e-4;
+  o.warmup_steps = 100;
+  o.decay_steps = 2000;
+  o.total_epochs = 1;  // the epochs do not count
+  LrSchedule s(o);
+  EXPECT_NEAR(s.LearningRate(0.01, 1), 1e-5, 1e-15);
+  EXPECT_NEAR(s.LearningRate(0.5, 50), 5e-4, 1e-15);
+  EXPECT_NEAR(s.LearningRate(3, 100), 1e-3, 1e-15);
+  EXPECT_NEAR(s.LearningRate(7, 1050), 1e-4 + 0.5 * 9e-4, 1e-15);  // half-way
+  const double quarter = 1e-4 + 0.5 * (1 + std::cos(3.14159265358979323846 * 0.25)) * 9e-4;
+  EXPECT_NEAR(s.LearningRate(9, 575), quarter, 1e-15);
+  EXPECT_NEAR(s.LearningRate(10, 2000), 1e-4, 1e-15);
+  EXPECT_NEAR(s.LearningRate(12, 2500), 1e-4, 1e-15);  // then the floor
+  o.decay_steps = 100;
+  EXPECT_THROW(LrSchedule{o}, std::invalid_argument);  // no steps left to decay over
+}
+
 TEST(ScheduleTest, NegativeWarmupIsRefused) {
   ScheduleOptions o = Options(ScheduleKind::kCosine);
   o.warmup_steps = -1;

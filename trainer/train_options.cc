@@ -86,6 +86,10 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
            "Plateau schedule: epochs without improvement before the rate drops.");
   f.AddDouble("plateau-factor", &o.plateau_factor, "Plateau schedule: decay factor.");
   f.AddDouble("min-lr", &o.min_lr, "Lowest learning rate of the cosine and plateau schedules.");
+  f.AddInt("decay-steps", &o.decay_steps,
+           "Cosine schedule counted in optimizer steps: from the end of --warmup-steps the "
+           "rate falls to --min-lr at this step and stays there (nanoGPT's lr_decay_iters; "
+           "language models are trained by steps). 0: the cosine spans --epochs.");
   f.AddInt("patience", &o.patience,
            "Early stopping: stop when test loss has not improved for this many epochs; 0: off.");
   f.AddDouble("label-smoothing", &o.label_smoothing,
@@ -188,6 +192,11 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   Require(o.plateau_patience >= 0, "plateau-patience", "must be >= 0");
   Require(o.plateau_factor > 0 && o.plateau_factor < 1, "plateau-factor",
           "must be in (0, 1), got " + Show(o.plateau_factor));
+  Require(o.decay_steps >= 0, "decay-steps", "must be >= 0, got " + Show(o.decay_steps));
+  Require(o.decay_steps == 0 || o.schedule == "cosine", "decay-steps",
+          "needs --schedule=cosine, got --schedule=" + o.schedule);
+  Require(o.decay_steps == 0 || o.decay_steps > o.warmup_steps, "decay-steps",
+          "must be above --warmup-steps=" + Show(o.warmup_steps) + ", got " + Show(o.decay_steps));
   Require(o.min_lr >= 0 && o.min_lr <= o.lr, "min-lr",
           "must be in [0, --lr], got " + Show(o.min_lr));
   Require(o.patience >= 0, "patience", "must be >= 0, got " + Show(o.patience));

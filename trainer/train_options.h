@@ -49,6 +49,7 @@ struct TrainOptions {
   int64_t plateau_patience = 5;
   double plateau_factor = 0.1;
   double min_lr = 0;
+  int64_t decay_steps = 0;  // cosine over this many optimizer steps; 0: over --epochs
 
   // Regularisation and numerics.
   int64_t patience = 0;  // early stopping; 0: off

@@ -93,6 +93,7 @@ LearnerOptions MakeLearnerOptions(const TrainOptions& o, const Task& task,
   l.schedule.warmup_epochs = o.warmup_epochs;
   l.schedule.warmup_steps = o.warmup_steps;
   l.schedule.total_epochs = static_cast<double>(o.epochs);
+  l.schedule.decay_steps = o.decay_steps;
   l.schedule.step_size = static_cast<double>(o.step_size);
   l.schedule.gamma = o.gamma;
   l.schedule.plateau_patience = o.plateau_patience;
