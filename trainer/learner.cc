@@ -10,6 +10,8 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
+#include <vector>
 
 #include "trainer/bytes.h"
 
@@ -100,6 +102,15 @@ void ToChannelsLast(torch::nn::Module& model) {
 
 void SeedTorch(uint64_t seed) { torch::manual_seed(seed); }
 
+std::vector<torch::Tensor> UniqueParameters(torch::nn::Module& model) {
+  std::vector<torch::Tensor> unique;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const torch::Tensor& p : model.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
+  }
+  return unique;
+}
+
 Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, torch::Device device)
     : model_(std::move(model)),
       options_(std::move(options)),
@@ -113,7 +124,7 @@ Learner::Learner(std::shared_ptr<models::Net> model, LearnerOptions options, tor
   model_->to(device_);
   ToWeightType(*model_, WeightType(options_.precision));
   if (options_.channels_last) ToChannelsLast(*model_);
-  params_ = model_->parameters();
+  params_ = UniqueParameters(*model_);
   optimizer_ = MakeOptimizer(params_, options_.optimizer);
   CheckAutocastSupported(device_, options_.precision);
   if (options_.precision == Precision::kFloat16) scaler_ = std::make_unique<DynamicLossScaler>();

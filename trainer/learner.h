@@ -82,6 +82,11 @@ struct StepStats {
   bool skipped = false;  // the loss scaler found inf/NaN gradients; no update was made
 };
 
+// The model's parameters, each once: a parameter shared by two modules (a
+// language model's tied embedding and output weights) is listed by LibTorch
+// under both names, and would be stepped and allreduced twice.
+std::vector<torch::Tensor> UniqueParameters(torch::nn::Module& model);
+
 // Lays out every 4-d parameter and buffer of `model` in channels-last memory.
 void ToChannelsLast(torch::nn::Module& model);
 

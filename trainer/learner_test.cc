@@ -265,6 +265,55 @@ void ExpectSameWeights(Learner& a, Learner& b) {
   for (const auto& item : ba) EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
 }
 
+// A language model's tied weights: one tensor registered in two modules (as
+// nanoGPT's wte and lm_head share theirs).
+class Tied : public models::Net {
+ public:
+  Tied() {
+    weight = register_parameter("weight", torch::randn({2, 2}));
+    bias = register_parameter("bias", torch::zeros({2}));
+    auto head = std::make_shared<torch::nn::Module>();
+    head->register_parameter("weight", weight);
+    register_module("head", head);
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    return torch::matmul(torch::tanh(torch::matmul(x, weight.t()) + bias), weight);
+  }
+  torch::Tensor weight, bias;
+};
+
+TEST(LearnerTest, ATiedWeightIsOneParameter) {
+  Tied tied;
+  ASSERT_EQ(tied.parameters().size(), 3u);  // LibTorch lists the shared weight twice
+  const std::vector<torch::Tensor> unique = UniqueParameters(tied);
+  ASSERT_EQ(unique.size(), 2u);
+  EXPECT_TRUE(unique[0].is_same(tied.weight));
+  // One SGD step moves the shared weight once, by lr x its gradient (which
+  // autograd sums over both uses).
+  LearnerOptions o = SmallOptions();
+  o.optimizer.momentum = 0;
+  o.optimizer.nesterov = false;
+  o.optimizer.weight_decay = 0;
+  o.schedule.kind = ScheduleKind::kConstant;
+  o.schedule.warmup_epochs = 0;
+  o.label_smoothing = 0;
+  o.clip_grad = 0;
+  o.num_classes = 2;
+  o.objective = std::make_shared<Classification>(2);
+  auto model = std::make_shared<Tied>();
+  Learner learner(model, o, torch::kCPU);
+  EXPECT_EQ(learner.parameters().size(), 2u);
+  const torch::Tensor x = torch::tensor({{1.0f, 2.0f}, {-1.0f, 0.5f}});
+  const torch::Tensor y = torch::tensor({0, 1}, torch::kLong);
+  const torch::Tensor before = model->weight.detach().clone();
+  torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+  const torch::Tensor grad = model->weight.grad().clone();
+  model->zero_grad();
+  learner.Step(x, y, 0.5);
+  EXPECT_TRUE(torch::allclose(model->weight.detach(), before - o.optimizer.lr * grad, 1e-5, 1e-6))
+      << model->weight << before - o.optimizer.lr * grad;
+}
+
 TEST(LearnerTest, RepeatedStepsOnOneBatchLowerItsLoss) {
   FixedBatches data;
   auto learner = MakeLearner(1);

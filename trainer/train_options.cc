@@ -18,12 +18,19 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "Data set. image-folder: --data-dir holds train/ and test/ (or val/), one folder "
               "of JPEG or PNG files per class as torchvision's ImageFolder reads them. npy: "
               "--data-dir holds train_x.npy, train_y.npy, test_x.npy and test_y.npy written by "
-              "numpy.save (images uint8 or float32, NCHW or NHWC; integer labels).",
-              {"cifar10", "fashion-mnist", "image-folder", "npy"});
+              "numpy.save (images uint8 or float32, NCHW or NHWC; integer labels). tokens: a "
+              "language model's token stream, --data-dir holds train.bin and val.bin (flat "
+              "uint16 or uint32 token ids, as nanoGPT's prepare.py writes them) and meta.json "
+              "({\"vocab_size\": V, \"dtype\": \"uint16\"}); a sample is a window of --context + 1 "
+              "tokens, the model maps [N, T] int64 tokens to [N, T, V] logits.",
+              {"cifar10", "fashion-mnist", "image-folder", "npy", "tokens"});
   f.AddString("data-dir", &o.data_dir,
               "Directory with the data set's files; empty: the standard place (CIFAR-10 is "
               "downloaded to a cache, Fashion-MNIST is read from /usr/share/datasets); needed "
-              "for image-folder and npy.");
+              "for image-folder, npy and tokens.");
+  f.AddInt("context", &o.context,
+           "tokens: tokens a window gives the model (its targets are the same shifted by one); "
+           "at most the model's position table.");
   f.AddInt("image-size", &o.image_size,
            "image-folder: every image is resized to this many pixels square.");
   f.AddInt("train-samples", &o.train_samples,
@@ -166,8 +173,10 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
           "must be in [8, 4096], got " + Show(o.image_size));
   Require(o.image_size == 32 || o.dataset == "image-folder", "image-size",
           "applies to --dataset=image-folder only");
-  Require(!o.data_dir.empty() || (o.dataset != "image-folder" && o.dataset != "npy"), "data-dir",
-          "is needed with --dataset=" + o.dataset);
+  Require(!o.data_dir.empty() ||
+              (o.dataset != "image-folder" && o.dataset != "npy" && o.dataset != "tokens"),
+          "data-dir", "is needed with --dataset=" + o.dataset);
+  Require(o.context >= 1, "context", "must be >= 1, got " + Show(o.context));
   Require(o.train_samples >= 0, "train-samples", "must be >= 0, got " + Show(o.train_samples));
   Require(o.test_samples >= 0, "test-samples", "must be >= 0, got " + Show(o.test_samples));
   Require(o.epochs >= 1, "epochs", "must be >= 1, got " + Show(o.epochs));

@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string dataset = "cifar10";
   std::string data_dir;
   int64_t image_size = 32;    // image-folder: pixels per side
+  int64_t context = 256;      // tokens: tokens per window the model reads
   int64_t train_samples = 0;  // 0: the whole training set
   int64_t test_samples = 0;   // 0: the whole test set
 

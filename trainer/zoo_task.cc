@@ -8,6 +8,7 @@
 
 #include "models/registry.h"
 #include "trainer/data/loader.h"
+#include "trainer/data/token_stream.h"
 #include "trainer/data/user_data.h"
 
 namespace elastic::trainer {
@@ -83,7 +84,33 @@ Task UserDataTask(const TrainOptions& options, UserData data) {
   return task;
 }
 
+Task TokenTask(const TrainOptions& options) {
+  if (options.model_file.empty()) {
+    throw std::invalid_argument(
+        "--dataset=tokens trains a language model, and the zoo (--model) holds image "
+        "classifiers: give --model-file, a torch.jit.script'ed module whose forward maps [N, T] "
+        "int64 tokens to [N, T, vocab] logits (docs/your-model-and-data.md), or use "
+        "//examples/gpt");
+  }
+  TokenData data =
+      LoadTokenData(options.data_dir, options.context, static_cast<uint64_t>(options.seed));
+  Task task;
+  task.name = "cifar";
+  SetModel(options, data.info.vocab_size, task);
+  std::ostringstream preprocessing;
+  preprocessing << "{\"input\": \"int64 [N, T] token ids, T <= " << options.context
+                << "\", \"output\": \"[N, T, vocab_size] next-token logits\", \"vocab_size\": "
+                << data.info.vocab_size << ", \"context\": " << options.context << ", \"dtype\": \""
+                << TokenDtypeName(data.info.width) << "\"}";
+  task.preprocessing = preprocessing.str();
+  task.train = std::move(data.train);
+  task.test = std::move(data.val);
+  task.objective = std::make_shared<LanguageModel>(data.info.vocab_size);
+  return task;
+}
+
 Task ZooTaskFromOptions(const TrainOptions& options) {
+  if (options.dataset == "tokens") return TokenTask(options);
   if (options.dataset == "npy") return UserDataTask(options, LoadNpyData(options.data_dir));
   if (options.dataset == "image-folder") {
     return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size));

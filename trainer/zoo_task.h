@@ -24,6 +24,12 @@ Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
 // --model (or --model-file) on a user's data set (--dataset npy or image-folder).
 Task UserDataTask(const TrainOptions& options, UserData data);
 
+// A language model (--model-file: [N, T] int64 tokens to [N, T, V] logits) on
+// the token stream of --data-dir (--dataset tokens), windows of --context
+// tokens, next-token cross-entropy. Throws std::invalid_argument without a
+// --model-file, and std::runtime_error naming the file for bad data.
+Task TokenTask(const TrainOptions& options);
+
 // The same on the splits --dataset and --data-dir name.
 Task ZooTaskFromOptions(const TrainOptions& options);
 
