@@ -39,10 +39,12 @@ int ListModels() {
 void PrintDone(const trainer::TrainResult& result, const trainer::Task& task,
                const std::string& checkpoint_dir) {
   // "test accuracy 91.20%", "test mean abs error 0.0312".
-  std::printf("done: %lld epochs, %lld steps, test %s, %.0f train img/s%s\n",
+  const trainer::MetricLabel label = trainer::MetricLabelOf(task);
+  std::printf("done: %lld epochs, %lld steps, test %s, train %s%s\n",
               static_cast<long long>(result.epochs_completed), static_cast<long long>(result.steps),
-              trainer::MetricLabelOf(*task.objective).FormatLong(result.last_eval.metric()).c_str(),
-              result.train_images_per_second, result.early_stopped ? " (early stop)" : "");
+              label.FormatLong(result.last_eval.metric()).c_str(),
+              label.FormatRate(result.train_images_per_second).c_str(),
+              result.early_stopped ? " (early stop)" : "");
   std::printf("%s\n",
               trainer::TrainedModelNote(checkpoint_dir, task.model_file != nullptr).c_str());
   if (result.last_eval.count == 0 || result.last_eval.class_count.empty()) return;
@@ -90,14 +92,15 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
   job.title = program.title ? program.title(options) : program.name;
   job.make_task = program.make_task;
   job.defaults = program.defaults;
-  job.metric = program.controller_metric;
+  job.metric = options.dataset == "tokens" ? trainer::LanguageModelLabel(options.context)
+                                           : program.controller_metric;
   const bool driver_with_workers = elastic_options.role != "worker" &&
                                    elastic_options.join.empty() && !elastic_options.controller_only;
   if (driver_with_workers) {
     try {
       const trainer::Task task = program.make_task(options);
       task.Check();
-      job.metric = trainer::MetricLabelOf(*task.objective);
+      job.metric = trainer::MetricLabelOf(task);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
       return trainer::kExitError;

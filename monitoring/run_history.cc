@@ -29,6 +29,8 @@ void RunHistory::RecordEpoch(EpochRecord record) {
       "epoch test accuracy must be in [0, 1] or NaN (not evaluated)", record.test_accuracy);
   Require(record.images_per_second >= 0, "epoch images per second must be >= 0",
           record.images_per_second);
+  Require(record.tokens_per_second >= 0, "epoch tokens per second must be >= 0",
+          record.tokens_per_second);
   Require(record.learning_rate >= 0, "epoch learning rate must be >= 0", record.learning_rate);
   Require(record.world_size >= 0, "epoch world size must be >= 0",
           static_cast<double>(record.world_size));

@@ -16,9 +16,10 @@ namespace elastic::monitoring {
 struct EpochRecord {
   int64_t epoch = 0;
   double train_loss = 0;
-  double train_accuracy = 0;  // in [0, 1]
-  double test_accuracy = 0;   // in [0, 1]; NaN when the epoch was not evaluated
-  double images_per_second = 0;
+  double train_accuracy = 0;     // in [0, 1]
+  double test_accuracy = 0;      // in [0, 1]; NaN when the epoch was not evaluated
+  double images_per_second = 0;  // samples per second
+  double tokens_per_second = 0;  // a language model's; 0 for other tasks
   double learning_rate = 0;
   int64_t world_size = 0;
   // Seconds since the run started, at the end of the epoch. RecordEpoch fills

@@ -85,13 +85,25 @@ std::string AccuracyChart(const RunSeries& run) {
   return RenderChart(spec);
 }
 
+// A language model's run counts tokens.
+bool CountsTokens(const RunSeries& run) {
+  return std::any_of(run.epochs.begin(), run.epochs.end(),
+                     [](const EpochRecord& e) { return e.tokens_per_second > 0; });
+}
+
 std::string ThroughputChart(const RunSeries& run) {
   ChartSpec spec;
   spec.title = "Throughput (whole world)";
   spec.x_label = "epoch";
-  spec.y_label = "images / s";
-  spec.series.push_back(
-      EpochSeries(run, "images per second", kGreen, 1, &EpochRecord::images_per_second));
+  if (CountsTokens(run)) {
+    spec.y_label = "tokens / s";
+    spec.series.push_back(
+        EpochSeries(run, "tokens per second", kGreen, 1, &EpochRecord::tokens_per_second));
+  } else {
+    spec.y_label = "images / s";
+    spec.series.push_back(
+        EpochSeries(run, "images per second", kGreen, 1, &EpochRecord::images_per_second));
+  }
   return RenderChart(spec);
 }
 
@@ -134,14 +146,15 @@ void SummaryTable(std::ostringstream& html, const RunSeries& run, const RunRepor
       if (std::isfinite(e.test_accuracy) && (!best || e.test_accuracy > best->test_accuracy)) {
         best = &e;
       }
-      throughput += e.images_per_second;
+      throughput += CountsTokens(run) ? e.tokens_per_second : e.images_per_second;
     }
     if (best) {
       rows.emplace_back("best test accuracy", Percent(best->test_accuracy) + " (epoch " +
                                                   std::to_string(best->epoch) + ")");
     }
     rows.emplace_back("mean throughput",
-                      Format("%.1f images/s", throughput / static_cast<double>(run.epochs.size())));
+                      Format(CountsTokens(run) ? "%.1f tokens/s" : "%.1f images/s",
+                             throughput / static_cast<double>(run.epochs.size())));
   }
   if (!run.world.empty()) {
     int64_t lo = run.world.front().world_size, hi = lo;

@@ -64,6 +64,9 @@ TrainingMetrics::TrainingMetrics()
     : registry_(std::make_shared<Registry>()),
       images_per_second_(MakeGauge(*registry_, "elastic_train_images_per_second",
                                    "Training throughput of the whole world, images per second")),
+      tokens_per_second_(MakeGauge(*registry_, "elastic_train_tokens_per_second",
+                                   "Training throughput of the whole world, tokens per second "
+                                   "(a language model's; 0 for other tasks)")),
       train_loss_(MakeGauge(*registry_, "elastic_train_loss",
                             "Mean training loss over the samples reported last")),
       train_accuracy_(MakeGauge(*registry_, "elastic_train_accuracy_ratio",
@@ -115,6 +118,11 @@ std::string TrainingMetrics::Serialize() const {
 void TrainingMetrics::SetImagesPerSecond(double images_per_second) {
   RequireNonNegative("images per second", images_per_second);
   images_per_second_.Set(images_per_second);
+}
+
+void TrainingMetrics::SetTokensPerSecond(double tokens_per_second) {
+  RequireNonNegative("tokens per second", tokens_per_second);
+  tokens_per_second_.Set(tokens_per_second);
 }
 
 void TrainingMetrics::SetTrainLoss(double loss) { train_loss_.Set(loss); }

@@ -43,6 +43,7 @@ class TrainingMetrics {
   // the step) are gauges. Bad values throw std::invalid_argument naming them:
   // an accuracy of 93.5 is a caller's bug, not a measurement.
   void SetImagesPerSecond(double images_per_second);  // whole world, >= 0
+  void SetTokensPerSecond(double tokens_per_second);  // a language model's, >= 0
   void SetTrainLoss(double loss);                     // any value; NaN shows a divergence
   void SetTrainAccuracy(double fraction);             // in [0, 1]
   void SetTestAccuracy(double fraction);              // in [0, 1]
@@ -86,6 +87,7 @@ class TrainingMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
 
   prometheus::Gauge& images_per_second_;
+  prometheus::Gauge& tokens_per_second_;
   prometheus::Gauge& train_loss_;
   prometheus::Gauge& train_accuracy_;
   prometheus::Gauge& test_accuracy_;

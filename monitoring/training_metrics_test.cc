@@ -24,6 +24,7 @@ TEST(TrainingMetricsTest, EveryFamilyFollowsTheNamingConventions) {
   const Exposition e = Scrape(metrics);
   const std::map<std::string, std::string> expected = {
       {"elastic_train_images_per_second", "gauge"},
+      {"elastic_train_tokens_per_second", "gauge"},
       {"elastic_train_loss", "gauge"},
       {"elastic_train_accuracy_ratio", "gauge"},
       {"elastic_test_accuracy_ratio", "gauge"},
@@ -53,6 +54,7 @@ TEST(TrainingMetricsTest, EveryFamilyFollowsTheNamingConventions) {
 TEST(TrainingMetricsTest, GaugesHoldTheLastValueSet) {
   TrainingMetrics metrics;
   metrics.SetImagesPerSecond(1875.5);
+  metrics.SetTokensPerSecond(120032);
   metrics.SetTrainLoss(0.42);
   metrics.SetTrainAccuracy(0.875);
   metrics.SetTestAccuracy(0.8125);
@@ -64,6 +66,7 @@ TEST(TrainingMetricsTest, GaugesHoldTheLastValueSet) {
   metrics.SetGeneration(2);
   const Exposition e = Scrape(metrics);
   EXPECT_EQ(e.Value("elastic_train_images_per_second"), 1875.5);
+  EXPECT_EQ(e.Value("elastic_train_tokens_per_second"), 120032);
   EXPECT_EQ(e.Value("elastic_train_loss"), 0.42);
   EXPECT_EQ(e.Value("elastic_train_accuracy_ratio"), 0.875);
   EXPECT_EQ(e.Value("elastic_test_accuracy_ratio"), 0.8125);
@@ -190,6 +193,7 @@ TEST(TrainingMetricsTest, ImpossibleValuesAreRejectedWithTheirName) {
   expect_rejected([&] { metrics.SetTestAccuracy(-0.1); }, "test accuracy");
   expect_rejected([&] { metrics.SetTestAccuracy(std::nan("")); }, "test accuracy");
   expect_rejected([&] { metrics.SetImagesPerSecond(-1); }, "images per second");
+  expect_rejected([&] { metrics.SetTokensPerSecond(-1); }, "tokens per second");
   expect_rejected([&] { metrics.SetLearningRate(-0.1); }, "learning rate");
   expect_rejected([&] { metrics.SetWorldSize(-1); }, "world size");
   expect_rejected([&] { metrics.ObserveAllreduce(-0.5, 8); }, "allreduce duration");

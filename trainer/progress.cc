@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,22 @@ std::string MetricLabel::Format(double value) const { return FormatMetric(name, 
 
 std::string MetricLabel::FormatLong(double value) const {
   return FormatMetric(long_name, percent, value);
+}
+
+std::string MetricLabel::FormatTestLoss(double loss) const {
+  char text[96];
+  if (perplexity) {
+    std::snprintf(text, sizeof(text), "%.4f perplexity %.4g", loss, std::exp(loss));
+  } else {
+    std::snprintf(text, sizeof(text), "%.4f", loss);
+  }
+  return text;
+}
+
+std::string MetricLabel::FormatRate(double samples_per_second) const {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.0f %s/s", Rate(samples_per_second), unit.c_str());
+  return text;
 }
 
 ProgressReporter::ProgressReporter(std::FILE* out, bool live, int64_t log_every, MetricLabel metric)
@@ -75,11 +92,11 @@ void ProgressReporter::Step(int64_t step_in_epoch, int64_t global_step, int64_t 
   } else {
     std::snprintf(measured, sizeof(measured), "loss - %s - lr", metric_.name.c_str());
   }
-  std::fprintf(
-      out_, "%sepoch %lld/%lld step %lld/%lld (global %lld) %s %.4g %.0f img/s ETA %.0fs%s",
-      live_ ? "\r\033[K" : "", static_cast<long long>(epoch_), static_cast<long long>(epochs_),
-      static_cast<long long>(step_in_epoch), static_cast<long long>(steps_in_epoch_),
-      static_cast<long long>(global_step), measured, lr, rate, eta, live_ ? "" : "\n");
+  std::fprintf(out_, "%sepoch %lld/%lld step %lld/%lld (global %lld) %s %.4g %s ETA %.0fs%s",
+               live_ ? "\r\033[K" : "", static_cast<long long>(epoch_),
+               static_cast<long long>(epochs_), static_cast<long long>(step_in_epoch),
+               static_cast<long long>(steps_in_epoch_), static_cast<long long>(global_step),
+               measured, lr, metric_.FormatRate(rate).c_str(), eta, live_ ? "" : "\n");
   line_open_ = live_;
   std::fflush(out_);
 }
@@ -92,11 +109,12 @@ void ProgressReporter::ClearLiveLine() {
 void ProgressReporter::EndEpoch(const EpochSummary& s) {
   ClearLiveLine();
   std::fprintf(out_,
-               "epoch %lld/%lld train loss %.4f %s | test loss %.4f %s | "
-               "%.0f img/s %.1fs lr %.4g%s%s\n",
+               "epoch %lld/%lld train loss %.4f %s | test loss %s %s | "
+               "%s %.1fs lr %.4g%s%s\n",
                static_cast<long long>(s.epoch), static_cast<long long>(s.epochs), s.train_loss,
-               metric_.Format(s.train_accuracy).c_str(), s.test_loss,
-               metric_.Format(s.test_accuracy).c_str(), s.images_per_second, s.seconds, s.lr,
+               metric_.Format(s.train_accuracy).c_str(),
+               metric_.FormatTestLoss(s.test_loss).c_str(), metric_.Format(s.test_accuracy).c_str(),
+               metric_.FormatRate(s.images_per_second).c_str(), s.seconds, s.lr,
                s.arithmetic.empty() ? "" : " | ", s.arithmetic.c_str());
   std::fflush(out_);
 }

@@ -1,5 +1,5 @@
 // Progress output of a training run. On a terminal one live line is redrawn
-// in place (step, loss, accuracy, images/s, ETA); otherwise, for logs and
+// in place (step, loss, accuracy, images/s or tokens/s, ETA); otherwise, for logs and
 // pipes, a plain line every `log_every` steps. Each epoch ends with one
 // summary line either way.
 #pragma once
@@ -26,13 +26,26 @@ struct EpochSummary {
   std::string arithmetic;  // e.g. "bf16, channels-last" (trainer.h, Arithmetic)
 };
 
-// How the task's metric is printed: "acc 91.20%" or "mae 0.0312".
+// How the task's metric, loss and throughput are printed: "acc 91.20%" or
+// "mae 0.0312"; "2.7259" or "2.7259 perplexity 15.27"; "480 img/s" or
+// "30720 tok/s".
 struct MetricLabel {
   std::string name = "acc";
-  bool percent = true;                         // a fraction shown as a percentage
-  std::string long_name = "accuracy";          // in the final line: "test accuracy 91.20%"
+  bool percent = true;                 // a fraction shown as a percentage
+  std::string long_name = "accuracy";  // in the final line: "test accuracy 91.20%"
+  // A language model's loss is a mean cross-entropy per token: its
+  // perplexity, exp(loss), is printed beside the test loss.
+  bool perplexity = false;
+  // Throughput is counted in units of `unit` ("img", "tok"): samples per
+  // second times `units_per_sample`.
+  std::string unit = "img";
+  int64_t units_per_sample = 1;
+
   std::string Format(double value) const;      // "acc 91.20%"
   std::string FormatLong(double value) const;  // "accuracy 91.20%"
+  std::string FormatTestLoss(double loss) const;
+  double Rate(double samples_per_second) const { return samples_per_second * units_per_sample; }
+  std::string FormatRate(double samples_per_second) const;  // "480 img/s"
 };
 
 class ProgressReporter {

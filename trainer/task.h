@@ -29,6 +29,9 @@ struct Task {
   std::shared_ptr<const Objective> objective;
   // Names of the classes for a per-class report (a classifier's); may be empty.
   std::vector<std::string> class_names;
+  // Tokens in a sample (a language model's window): throughput is then
+  // reported in tokens/s; 0: samples are images, reported in images/s.
+  int64_t tokens_per_sample = 0;
   // Whether the model runs faster channels-last (--memory-format=auto).
   bool prefers_channels_last = false;
   // The file the model came from (--model-file), if any: the trained model is

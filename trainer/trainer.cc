@@ -135,12 +135,25 @@ LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithme
   return c;
 }
 
-MetricLabel MetricLabelOf(const Objective& objective) {
+MetricLabel MetricLabelOf(const Task& task) {
+  const Objective& objective = *task.objective;
   MetricLabel label;
   label.percent = objective.metric_is_fraction();
   label.name = objective.metric_name() == "accuracy" ? "acc" : objective.metric_name();
   label.long_name = objective.metric_name();
+  label.perplexity = dynamic_cast<const LanguageModel*>(&objective) != nullptr;
+  if (task.tokens_per_sample > 0) {
+    label.unit = "tok";
+    label.units_per_sample = task.tokens_per_sample;
+  }
   return label;
+}
+
+MetricLabel LanguageModelLabel(int64_t context) {
+  Task task;
+  task.objective = std::make_shared<LanguageModel>(2);
+  task.tokens_per_sample = context;
+  return MetricLabelOf(task);
 }
 
 Trainer::Trainer(const TrainOptions& options, Task task, std::FILE* out,
@@ -148,7 +161,7 @@ Trainer::Trainer(const TrainOptions& options, Task task, std::FILE* out,
     : options_(options), task_(std::move(task)) {
   task_.Check();
   world_ = std::make_unique<FixedWorld>(world, out, options_.epochs, options_.log_every,
-                                        MetricLabelOf(*task_.objective));
+                                        MetricLabelOf(task_));
   if (options_.threads > 0) torch::set_num_threads(static_cast<int>(options_.threads));
   const torch::Device device = ResolveDevice(options_.device, LocalRank());
   arithmetic_ = ChooseArithmetic(options_, task_, device);

@@ -64,8 +64,15 @@ std::unique_ptr<Learner> MakeLearner(const TrainOptions& options, const Task& ta
 LoopConfig MakeLoopConfig(const TrainOptions& options, const Task& task,
                           const Arithmetic& arithmetic);
 
-// How the progress lines print the task's metric.
-MetricLabel MetricLabelOf(const Objective& objective);
+// How the progress lines print the task's metric, its test loss (with
+// perplexity for a language model) and its throughput (tokens/s for a task
+// with tokens_per_sample, else images/s).
+MetricLabel MetricLabelOf(const Task& task);
+
+// The label of a language model whose samples are windows of `context`
+// tokens (--dataset tokens), for a --controller-only driver, which builds no
+// task.
+MetricLabel LanguageModelLabel(int64_t context);
 
 struct TrainResult {
   int64_t epochs_completed = 0;

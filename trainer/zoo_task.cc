@@ -106,6 +106,7 @@ Task TokenTask(const TrainOptions& options) {
   task.train = std::move(data.train);
   task.test = std::move(data.val);
   task.objective = std::make_shared<LanguageModel>(data.info.vocab_size);
+  task.tokens_per_sample = options.context;
   return task;
 }
 

@@ -405,13 +405,13 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   printed_epoch_ = e.getEpoch();
   char line[512];
   std::snprintf(line, sizeof(line),
-                "epoch %lld/%lld world %d | train loss %.4f %s | test loss %.4f %s | %.0f img/s | "
-                "%.1fs%s%s",
+                "epoch %lld/%lld world %d | train loss %.4f %s | test loss %s %s | %s | %.1fs%s%s",
                 static_cast<long long>(e.getEpoch()), static_cast<long long>(e.getEpochs()),
                 e.getWorld(), e.getTrainLoss(), metric_.Format(e.getTrainAccuracy()).c_str(),
-                e.getTestLoss(), metric_.Format(e.getTestAccuracy()).c_str(),
-                e.getImagesPerSecond(), e.getSeconds(), e.getArithmetic().size() > 0 ? " | " : "",
-                e.getArithmetic().cStr());
+                metric_.FormatTestLoss(e.getTestLoss()).c_str(),
+                metric_.Format(e.getTestAccuracy()).c_str(),
+                metric_.FormatRate(e.getImagesPerSecond()).c_str(), e.getSeconds(),
+                e.getArithmetic().size() > 0 ? " | " : "", e.getArithmetic().cStr());
   reporter_.Note(line);
   EpochReport report;
   report.epoch = e.getEpoch();
@@ -968,6 +968,7 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
                                     "--token-file)"
                                   : " (token in " + elastic.token_file + ")"));
 
+  if (program.metric.unit == "tok") metrics.SetTokensPerSample(program.metric.units_per_sample);
   runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
   auto controller = std::make_shared<ControllerActor>(
       elastic, train, job_id, taken_over ? taken_over->journal.args : args,

@@ -23,6 +23,12 @@ JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_d
 
 std::string JobMetrics::url() const { return exposer_ ? exposer_->url() : ""; }
 
+void JobMetrics::SetRate(double samples_per_second) {
+  metrics_.SetImagesPerSecond(samples_per_second);
+  if (tokens_per_sample_ > 0)
+    metrics_.SetTokensPerSecond(samples_per_second * static_cast<double>(tokens_per_sample_));
+}
+
 void JobMetrics::OnGeneration(int64_t generation, int64_t world) {
   metrics_.SetGeneration(generation);
   metrics_.SetWorldSize(world);
@@ -58,7 +64,7 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
     const double samples = p.seen - last_progress_->seen;
     metrics_.AddSamplesProcessed(static_cast<uint64_t>(samples));
     const double seconds = std::chrono::duration<double>(now - last_progress_time_).count();
-    if (seconds > 0) metrics_.SetImagesPerSecond(samples / seconds);
+    if (seconds > 0) SetRate(samples / seconds);
   }
   last_progress_ = p;
   last_progress_time_ = now;
@@ -66,13 +72,14 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
 
 void JobMetrics::OnEpoch(const EpochReport& e) {
   metrics_.SetTestAccuracy(e.test_accuracy);
-  metrics_.SetImagesPerSecond(e.images_per_second);
+  SetRate(e.images_per_second);
   monitoring::EpochRecord record;
   record.epoch = e.epoch;
   record.train_loss = e.train_loss;
   record.train_accuracy = e.train_accuracy;
   record.test_accuracy = e.test_accuracy;
   record.images_per_second = e.images_per_second;
+  record.tokens_per_second = e.images_per_second * static_cast<double>(tokens_per_sample_);
   record.learning_rate = lr_;
   record.world_size = e.world;
   history_.RecordEpoch(record);

@@ -52,6 +52,10 @@ class JobMetrics {
   // "" when no endpoint is served.
   std::string url() const;
 
+  // A language model's tokens per sample: throughput is then exported in
+  // tokens/s as well (elastic_train_tokens_per_second, the report). 0: none.
+  void SetTokensPerSample(int64_t tokens) { tokens_per_sample_ = tokens; }
+
   // A new view is in force. Membership changes (join, leave, failure) are
   // counted where they are known, through metrics().RecordMembershipChange;
   // the world-size timeline of the report gets the reason of the change.
@@ -83,10 +87,14 @@ class JobMetrics {
   monitoring::TrainingMetrics& metrics() { return metrics_; }
 
  private:
+  // Samples per second, and tokens per second for a language model.
+  void SetRate(double samples_per_second);
+
   monitoring::TrainingMetrics metrics_;
   monitoring::RunHistory history_;
   std::unique_ptr<monitoring::MetricsExposer> exposer_;
   double lr_ = 0;
+  int64_t tokens_per_sample_ = 0;
   int64_t world_ = 0;
   int64_t generation_ = 0;
   // The last record folded in, per member (member ids are never reused).

@@ -70,6 +70,31 @@ TEST(JobMetricsTest, FeedsTheMetricsAndTheReport) {
   EXPECT_NE(html.str().find("<svg"), std::string::npos);
 }
 
+TEST(JobMetricsTest, ALanguageModelCountsTokens) {
+  monitoring::MetricsOptions options;
+  options.port = 0;
+  JobMetrics job(options, false);
+  job.SetTokensPerSample(64);
+  job.OnGeneration(1, 2);
+  EpochReport epoch;
+  epoch.epoch = 1;
+  epoch.world = 2;
+  epoch.test_accuracy = 0.25;
+  epoch.images_per_second = 50;  // windows of 64 tokens
+  job.OnEpoch(epoch);
+  const std::string text = job.metrics().Serialize();
+  EXPECT_NE(text.find("elastic_train_images_per_second 50"), std::string::npos) << text;
+  EXPECT_NE(text.find("elastic_train_tokens_per_second 3200"), std::string::npos) << text;
+  const std::string dir =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/job_metrics_tokens_report";
+  std::ifstream in(job.WriteReport(dir, "gpt"));
+  std::stringstream html;
+  html << in.rdbuf();
+  EXPECT_NE(html.str().find("<title>tokens per second at 1: 3200</title>"), std::string::npos);
+  EXPECT_NE(html.str().find("<th>mean throughput</th><td>3200.0 tokens/s</td>"), std::string::npos);
+}
+
 TEST(JobMetricsTest, ABusyDefaultPortIsAWarningAnExplicitOneAnError) {
   monitoring::MetricsOptions options;
   options.port = 0;
