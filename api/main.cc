@@ -40,10 +40,10 @@ void PrintDone(const trainer::TrainResult& result, const trainer::Task& task,
                const std::string& checkpoint_dir) {
   // "test accuracy 91.20%", "test mean abs error 0.0312".
   const trainer::MetricLabel label = trainer::MetricLabelOf(task);
-  std::printf("done: %lld epochs, %lld steps, test %s, train %s%s\n",
+  std::printf("done: %lld epochs, %lld steps, test %s, %.0f train %s/s%s\n",
               static_cast<long long>(result.epochs_completed), static_cast<long long>(result.steps),
               label.FormatLong(result.last_eval.metric()).c_str(),
-              label.FormatRate(result.train_images_per_second).c_str(),
+              label.Rate(result.train_images_per_second), label.unit.c_str(),
               result.early_stopped ? " (early stop)" : "");
   std::printf("%s\n",
               trainer::TrainedModelNote(checkpoint_dir, task.model_file != nullptr).c_str());
