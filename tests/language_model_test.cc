@@ -140,4 +140,29 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   EXPECT_EQ(text.rfind("ROMEO:", 0), 0u) << text;
 }
 
+// Bad settings are refused at start, by name, before any worker starts.
+TEST(LanguageModelTest, AContextLongerThanThePositionTableIsRefused) {
+  if (ShakespeareText().empty())
+    GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
+  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+  const std::string dir = FreshTempDir("language-model-context");
+  const std::string data = dir + "/shakespeare_char";
+  Shell(std::string(kPython) + " " + kPrepare + " --input " + ShakespeareText() + " --out " + data);
+  Shell(std::string(kPython) + " " + kModel + " script " + dir + "/gpt.pt --vocab 65 --block 32");
+  Process job({kCifar, "--workers=2", "--dataset=tokens", "--data-dir=" + data,
+               "--model-file=" + dir + "/gpt.pt", "--context=64"},
+              dir + "/job.log");
+  EXPECT_NE(job.Wait(std::chrono::seconds(120)), 0) << job.Output();
+  EXPECT_NE(job.Output().find("--context=64 is longer than the model's position table: "
+                              "wpe.weight has 32 rows"),
+            std::string::npos)
+      << job.Output();
+  EXPECT_EQ(job.Output().find("[worker"), std::string::npos) << job.Output();
+  // A zoo classifier cannot read tokens: the error says what can.
+  Process zoo({kCifar, "--dataset=tokens", "--data-dir=" + data, "--context=64"}, dir + "/zoo.log");
+  EXPECT_NE(zoo.Wait(std::chrono::seconds(120)), 0) << zoo.Output();
+  EXPECT_NE(zoo.Output().find("--dataset=tokens trains a language model"), std::string::npos)
+      << zoo.Output();
+}
+
 }  // namespace

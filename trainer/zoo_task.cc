@@ -84,6 +84,23 @@ Task UserDataTask(const TrainOptions& options, UserData data) {
   return task;
 }
 
+// A GPT's position table (nanoGPT's wpe.weight, [block_size, embedding]) bounds
+// the windows it can read: a longer --context is refused by name here, not
+// as an index error from inside the model's forward.
+void CheckPositionTable(const Task& task, int64_t context) {
+  for (const auto& p : task.model()->named_parameters()) {
+    const std::string& name = p.key();
+    const bool table = name == "wpe.weight" ||
+                       (name.size() > 11 && name.compare(name.size() - 11, 11, ".wpe.weight") == 0);
+    if (table && p.value().dim() == 2 && p.value().size(0) < context) {
+      throw std::invalid_argument("--context=" + std::to_string(context) +
+                                  " is longer than the model's position table: " + name + " has " +
+                                  std::to_string(p.value().size(0)) +
+                                  " rows, so the model reads windows of at most that many tokens");
+    }
+  }
+}
+
 Task TokenTask(const TrainOptions& options) {
   if (options.model_file.empty()) {
     throw std::invalid_argument(
@@ -97,6 +114,7 @@ Task TokenTask(const TrainOptions& options) {
   Task task;
   task.name = "cifar";
   SetModel(options, data.info.vocab_size, task);
+  CheckPositionTable(task, options.context);
   std::ostringstream preprocessing;
   preprocessing << "{\"input\": \"int64 [N, T] token ids, T <= " << options.context
                 << "\", \"output\": \"[N, T, vocab_size] next-token logits\", \"vocab_size\": "
