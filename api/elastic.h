@@ -37,6 +37,7 @@
 #include "models/net.h"
 #include "models/registry.h"
 #include "trainer/data/examples.h"
+#include "trainer/data/token_stream.h"
 #include "trainer/objective.h"
 #include "trainer/progress.h"
 #include "trainer/task.h"
@@ -46,6 +47,7 @@ namespace elastic {
 
 // A model: a LibTorch module with forward(Tensor) -> Tensor.
 using Model = models::Net;
+using models::CreateModel;
 using models::ModelInfo;
 using models::RegisterModel;
 
@@ -54,11 +56,14 @@ using trainer::BatchRequest;
 using trainer::Classification;
 using trainer::EvalResult;
 using trainer::Examples;
+using trainer::LanguageModel;
+using trainer::LoadTokenData;
 using trainer::MetricLabel;
 using trainer::Objective;
 using trainer::Regression;
 using trainer::Task;
 using trainer::TensorExamples;
+using trainer::TokenData;
 using trainer::TrainOptions;
 
 // What the binary is and trains.

@@ -129,7 +129,12 @@ int Main(int argc, char** argv, const Program& program) {
     if (program.model_from_registry) {
       for (const auto& info : models::AvailableModels()) models.push_back(info.name);
     }
-    trainer::ValidateTrainOptions(options, models);
+    // A worker and a joining node train with the job's flags, which the
+    // controller sends them (and the driver checked): their own command line
+    // holds none (a --data-dir the program needs by default included).
+    const bool job_flags_from_controller =
+        elastic_options.role == "worker" || !elastic_options.join.empty();
+    if (!job_flags_from_controller) trainer::ValidateTrainOptions(options, models);
     if (trainer::StartedByMpirun()) trainer::ValidateMpiRun(elastic_options);
     trainer::ValidateElasticOptions(elastic_options, options);
     // The workers would compute here: refuse what they would get wrong now.

@@ -173,7 +173,7 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
           "must be in [8, 4096], got " + Show(o.image_size));
   Require(o.image_size == 32 || o.dataset == "image-folder", "image-size",
           "applies to --dataset=image-folder only");
-  Require(!o.data_dir.empty() ||
+  Require(!o.data_dir.empty() || o.list_models ||
               (o.dataset != "image-folder" && o.dataset != "npy" && o.dataset != "tokens"),
           "data-dir", "is needed with --dataset=" + o.dataset);
   Require(o.context >= 1, "context", "must be >= 1, got " + Show(o.context));
