@@ -215,7 +215,8 @@ TEST(ElasticTest, GlobalBatchWithBf16SurvivesAKill) {
   }
   const std::string dir = FreshTempDir("global");
   std::vector<std::string> args = JobArgs(dir, 3, 2);
-  std::replace(args.begin(), args.end(), std::string("--lr=0.05"), std::string("--lr=0.1"));
+  std::replace(args.begin(), args.end(), std::string("--batch-size=64"),
+               std::string("--batch-size=32"));
   args.push_back("--global-batch=100");
   args.push_back("--precision=" + precision);
   Process driver(args, dir + "/driver.log");
@@ -361,7 +362,7 @@ TEST(ElasticTest, DriverSigtermStopsWithACheckpointThatResumeContinues) {
   ExpectOneChecksumPerGeneration(stopped);
 
   // The resumed job starts where the checkpoint stopped.
-  const int steps_per_epoch = static_cast<int>(kTrainSamples / (32 * 2));
+  const int steps_per_epoch = static_cast<int>(kTrainSamples / 64);
   args = JobArgs(dir, 2, 30);
   args.push_back("--resume");
   Process resumed(args, dir + "/resumed.log");

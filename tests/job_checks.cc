@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <regex>
@@ -64,6 +65,33 @@ double LastTestAccuracy(const std::string& output) {
     last = std::stod((*it)[1]);
   }
   return last;
+}
+
+double LastValidationLoss(const std::string& output) {
+  const std::regex re("\\| test loss ([0-9.]+) perplexity");
+  double last = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    last = std::stod((*it)[1]);
+  }
+  return last;
+}
+
+std::string TinyShakespeareText() {
+  const char* dir = std::getenv("ELASTIC_TINYSHAKESPEARE");
+  if (dir == nullptr) return "";
+  const std::string text = std::string(dir) + "/input.txt";
+  return std::filesystem::exists(text) ? text : "";
+}
+
+std::string PrepareTinyShakespeare(const std::string& dir) {
+  const std::string out = dir + "/shakespeare_char";
+  bool ok = false;
+  const std::string output = RunShell(
+      "/usr/bin/python3 tools/prepare_tokens.py --input " + TinyShakespeareText() + " --out " + out,
+      &ok);
+  EXPECT_TRUE(ok) << output;
+  return ok ? out : "";
 }
 
 int PrintedEpochCount(const std::string& output) {

@@ -34,6 +34,19 @@ bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds 
 // The test accuracy (percent) of the last epoch summary the driver printed, or -1.
 double LastTestAccuracy(const std::string& output);
 
+// The validation loss of the last epoch summary of a language model
+// ("| test loss X perplexity Y"), or -1.
+double LastValidationLoss(const std::string& output);
+
+// Tiny Shakespeare's input.txt where ELASTIC_TINYSHAKESPEARE names its
+// directory (../shared/data/tinyshakespeare), or "" when it is not there.
+std::string TinyShakespeareText();
+
+// Prepares it as nanoGPT does (tools/prepare_tokens.py, run by
+// /usr/bin/python3: train.bin, val.bin, meta.json) into DIR/shakespeare_char
+// and returns that directory; a Google Test failure and "" if it failed.
+std::string PrepareTinyShakespeare(const std::string& dir);
+
 // The epoch summaries ("epoch E/N world W | ...") the driver printed.
 int PrintedEpochCount(const std::string& output);
 

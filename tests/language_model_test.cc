@@ -22,8 +22,11 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::LastValidationLoss;
+using elastic::tests::PrepareTinyShakespeare;
 using elastic::tests::Process;
 using elastic::tests::RunShell;
+using elastic::tests::TinyShakespeareText;
 using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkerPid;
@@ -31,7 +34,6 @@ using elastic::tests::WorkerPid;
 constexpr char kCifar[] = "trainer/cifar";
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kModel[] = "tests/gpt_model.py";
-constexpr char kPrepare[] = "tools/prepare_tokens.py";
 
 // 1,200 windows of 64 characters, 100 steps of 12 an epoch, two epochs.
 constexpr int kContext = 64;
@@ -43,13 +45,6 @@ constexpr int kEpochs = 2;
 // reached 2.73 after 200 steps in one process.
 constexpr double kValLossBound = 3.0;
 
-std::string ShakespeareText() {
-  const char* dir = std::getenv("ELASTIC_TINYSHAKESPEARE");
-  if (dir == nullptr) return "";
-  const std::string text = std::string(dir) + "/input.txt";
-  return std::filesystem::exists(text) ? text : "";
-}
-
 std::string Shell(const std::string& command) {
   bool ok = false;
   const std::string output = RunShell(command, &ok);
@@ -57,24 +52,13 @@ std::string Shell(const std::string& command) {
   return output;
 }
 
-// The validation loss of the last epoch summary ("test loss X perplexity"), or -1.
-double PrintedValLoss(const std::string& output) {
-  const std::regex summary("epoch \\d+/\\d+ world \\d+ \\| .*\\| test loss ([0-9.]+) perplexity");
-  double loss = -1;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), summary);
-       it != std::sregex_iterator(); ++it) {
-    loss = std::stod((*it)[1]);
-  }
-  return loss;
-}
-
 TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
-  if (ShakespeareText().empty())
+  if (TinyShakespeareText().empty())
     GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
   if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
   const std::string dir = FreshTempDir("language-model");
-  const std::string data = dir + "/shakespeare_char";
-  Shell(std::string(kPython) + " " + kPrepare + " --input " + ShakespeareText() + " --out " + data);
+  const std::string data = PrepareTinyShakespeare(dir);
+  ASSERT_FALSE(data.empty());
   Shell(std::string(kPython) + " " + kModel + " script " + dir + "/gpt.pt --vocab 65 --block " +
         std::to_string(kContext));
 
@@ -125,7 +109,7 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   ExpectEverySampleOnce(dir + "/samples", kTrainWindows, kEpochs);
   EXPECT_NE(output.find(" tok/s"), std::string::npos) << WithoutProgress(output);
 
-  const double printed = PrintedValLoss(driver.Output());
+  const double printed = LastValidationLoss(driver.Output());
   ASSERT_GT(printed, 0) << WithoutProgress(driver.Output());
   EXPECT_LT(printed, kValLossBound) << WithoutProgress(driver.Output());
   const std::string python = Shell(
@@ -142,12 +126,12 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
 
 // Bad settings are refused at start, by name, before any worker starts.
 TEST(LanguageModelTest, AContextLongerThanThePositionTableIsRefused) {
-  if (ShakespeareText().empty())
+  if (TinyShakespeareText().empty())
     GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
   if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
   const std::string dir = FreshTempDir("language-model-context");
-  const std::string data = dir + "/shakespeare_char";
-  Shell(std::string(kPython) + " " + kPrepare + " --input " + ShakespeareText() + " --out " + data);
+  const std::string data = PrepareTinyShakespeare(dir);
+  ASSERT_FALSE(data.empty());
   Shell(std::string(kPython) + " " + kModel + " script " + dir + "/gpt.pt --vocab 65 --block 32");
   Process job({kCifar, "--workers=2", "--dataset=tokens", "--data-dir=" + data,
                "--model-file=" + dir + "/gpt.pt", "--context=64"},

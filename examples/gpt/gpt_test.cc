@@ -22,15 +22,16 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::LastValidationLoss;
+using elastic::tests::PrepareTinyShakespeare;
 using elastic::tests::Process;
-using elastic::tests::RunShell;
+using elastic::tests::TinyShakespeareText;
 using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkerPid;
 
 constexpr char kExample[] = "examples/gpt/gpt";
 constexpr char kPython[] = "/usr/bin/python3";
-constexpr char kPrepare[] = "tools/prepare_tokens.py";
 // 1,200 windows of 64 characters: 100 steps of 12 an epoch, two epochs.
 constexpr int kTrainWindows = 1200;
 constexpr int kEpochs = 2;
@@ -38,35 +39,13 @@ constexpr int kEpochs = 2;
 // frequencies about 3.3.
 constexpr double kValLossBound = 3.0;
 
-std::string ShakespeareText() {
-  const char* dir = std::getenv("ELASTIC_TINYSHAKESPEARE");
-  if (dir == nullptr) return "";
-  const std::string text = std::string(dir) + "/input.txt";
-  return std::filesystem::exists(text) ? text : "";
-}
-
-// The validation loss of the last epoch summary, or -1.
-double PrintedValLoss(const std::string& output) {
-  const std::regex summary("epoch \\d+/\\d+ world \\d+ \\| .*\\| test loss ([0-9.]+) perplexity");
-  double loss = -1;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), summary);
-       it != std::sregex_iterator(); ++it) {
-    loss = std::stod((*it)[1]);
-  }
-  return loss;
-}
-
 TEST(GptExampleTest, TrainsThroughAKillAndAJoin) {
-  if (ShakespeareText().empty())
+  if (TinyShakespeareText().empty())
     GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
   if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
   const std::string dir = FreshTempDir("gpt-example");
-  const std::string data = dir + "/shakespeare_char";
-  bool ok = false;
-  const std::string prepared = RunShell(
-      std::string(kPython) + " " + kPrepare + " --input " + ShakespeareText() + " --out " + data,
-      &ok);
-  ASSERT_TRUE(ok) << prepared;
+  const std::string data = PrepareTinyShakespeare(dir);
+  ASSERT_FALSE(data.empty());
 
   Process driver(
       {kExample, "--workers=2", "--data-dir=" + data,
@@ -95,7 +74,7 @@ TEST(GptExampleTest, TrainsThroughAKillAndAJoin) {
       << WithoutProgress(output);
   ExpectOneChecksumPerGeneration(output);
   ExpectEverySampleOnce(dir + "/samples", kTrainWindows, kEpochs);
-  const double printed = PrintedValLoss(driver.Output());
+  const double printed = LastValidationLoss(driver.Output());
   ASSERT_GT(printed, 0) << WithoutProgress(driver.Output());
   EXPECT_LT(printed, kValLossBound) << WithoutProgress(driver.Output());
   std::printf("gpt example: validation loss %.4f after %d epochs of %d windows\n", printed, kEpochs,

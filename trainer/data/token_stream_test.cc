@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "trainer/data/test_files.h"
+#include "trainer/elastic/sampler.h"
 
 namespace elastic::trainer {
 namespace {
@@ -269,6 +270,52 @@ TEST(TokenWindows, TargetsAreTheInputsShiftedByOne) {
   EXPECT_EQ(none.inputs.sizes(), (std::vector<int64_t>{0, 16}));
   EXPECT_THROW(windows.Get({windows.size()}, Epoch(0)), std::out_of_range);
   EXPECT_THROW(windows.Get({-1}, Epoch(0)), std::out_of_range);
+}
+
+// The elastic sampler deals window indices as it deals images: through world
+// changes at commits and a failure that redoes the steps after a commit, every
+// token of an epoch's windows is predicted exactly once. The stream's tokens
+// are their own offsets, so the targets say which positions were trained.
+TEST(TokenWindows, TheSamplerPredictsEveryTokenOfAnEpochOnceThroughResizes) {
+  ScratchDir dir;
+  const int64_t n = 20000, context = 32, step = 12;
+  std::vector<uint32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint32_t>(i);
+  WriteTokens(dir / "train.bin", tokens);
+  const TokenWindows windows("train", Open(dir / "train.bin", 4), n, context, true, 5);
+  for (uint64_t epoch : {0, 1}) {
+    ElasticSampler sampler(windows.size(), 5);
+    const std::vector<int64_t> perm = sampler.Permutation(epoch);
+    std::vector<int> predicted(n, 0);
+    int64_t committed = 0, position = 0;
+    const int worlds[] = {2, 3, 1, 4};
+    int phase = 0;
+    while (position < windows.size()) {
+      const int world = worlds[phase % 4];
+      for (int rank = 0; rank < world; ++rank) {
+        const std::vector<int64_t> indices = sampler.StepIndices(perm, position, rank, world, step);
+        const torch::Tensor targets = windows.Get(indices, Epoch(epoch)).targets.flatten();
+        for (int64_t i = 0; i < targets.numel(); ++i) ++predicted[targets[i].item<int64_t>()];
+      }
+      position = sampler.NextPosition(position, step);
+      if (position % 5 == 0) committed = position;  // a commit
+      if (position - committed > 30) {
+        // A failure after the commit: those steps are discarded and redone.
+        for (int64_t p = committed; p < position; ++p) {
+          const Batch lost = windows.Get({perm[p]}, Epoch(epoch));
+          for (int64_t i = 0; i < context; ++i) --predicted[lost.targets[0][i].item<int64_t>()];
+        }
+        position = committed;
+        ++phase;
+      }
+    }
+    const int64_t first = windows.Offset(epoch) + 1;
+    const int64_t last = windows.Offset(epoch) + windows.size() * context;
+    for (int64_t t = 0; t < n; ++t) {
+      ASSERT_EQ(predicted[t], t >= first && t <= last ? 1 : 0)
+          << "token " << t << " epoch " << epoch;
+    }
+  }
 }
 
 TEST(TokenWindows, TheOffsetShiftsPerEpochAndNotForEvaluation) {
