@@ -287,28 +287,34 @@ TEST(TokenWindows, TheSamplerPredictsEveryTokenOfAnEpochOnceThroughResizes) {
     ElasticSampler sampler(windows.size(), 5);
     const std::vector<int64_t> perm = sampler.Permutation(epoch);
     std::vector<int> predicted(n, 0);
-    int64_t committed = 0, position = 0;
+    int64_t committed = 0, position = 0, steps = 0;
+    std::set<int64_t> failed_at;
     const int worlds[] = {2, 3, 1, 4};
     int phase = 0;
     while (position < windows.size()) {
       const int world = worlds[phase % 4];
       for (int rank = 0; rank < world; ++rank) {
         const std::vector<int64_t> indices = sampler.StepIndices(perm, position, rank, world, step);
-        const torch::Tensor targets = windows.Get(indices, Epoch(epoch)).targets.flatten();
-        for (int64_t i = 0; i < targets.numel(); ++i) ++predicted[targets[i].item<int64_t>()];
+        const torch::Tensor targets = windows.Get(indices, Epoch(epoch)).targets.contiguous();
+        const int64_t* t = targets.data_ptr<int64_t>();
+        for (int64_t i = 0; i < targets.numel(); ++i) ++predicted[t[i]];
       }
       position = sampler.NextPosition(position, step);
-      if (position % 5 == 0) committed = position;  // a commit
-      if (position - committed > 30) {
-        // A failure after the commit: those steps are discarded and redone.
-        for (int64_t p = committed; p < position; ++p) {
-          const Batch lost = windows.Get({perm[p]}, Epoch(epoch));
-          for (int64_t i = 0; i < context; ++i) --predicted[lost.targets[0][i].item<int64_t>()];
-        }
+      ++steps;
+      if (steps % 3 == 0) {
+        committed = position;  // a commit every third step
+      } else if (steps % 7 == 5 && failed_at.insert(position).second) {
+        // A failure after the commit: those steps are discarded and redone
+        // by another world.
+        const std::vector<int64_t> redone(perm.begin() + committed, perm.begin() + position);
+        const torch::Tensor lost = windows.Get(redone, Epoch(epoch)).targets.contiguous();
+        const int64_t* t = lost.data_ptr<int64_t>();
+        for (int64_t i = 0; i < lost.numel(); ++i) --predicted[t[i]];
         position = committed;
         ++phase;
       }
     }
+    EXPECT_GE(phase, 4) << "a failure, and a world change after it, at least four times";
     const int64_t first = windows.Offset(epoch) + 1;
     const int64_t last = windows.Offset(epoch) + windows.size() * context;
     for (int64_t t = 0; t < n; ++t) {
