@@ -73,6 +73,8 @@ TrainingMetrics::TrainingMetrics()
                                 "Training accuracy over the samples reported last, in [0, 1]")),
       test_accuracy_(MakeGauge(*registry_, "elastic_test_accuracy_ratio",
                                "Test-set accuracy after the last evaluation, in [0, 1]")),
+      test_loss_(MakeGauge(*registry_, "elastic_test_loss",
+                           "Test-set (validation) loss after the last evaluation")),
       learning_rate_(MakeGauge(*registry_, "elastic_learning_rate", "Current learning rate")),
       epoch_(MakeGauge(*registry_, "elastic_epoch", "Current epoch (0-based)")),
       step_(MakeGauge(*registry_, "elastic_step",
@@ -131,6 +133,8 @@ void TrainingMetrics::SetTrainAccuracy(double fraction) {
   RequireFraction("train accuracy", fraction);
   train_accuracy_.Set(fraction);
 }
+
+void TrainingMetrics::SetTestLoss(double loss) { test_loss_.Set(loss); }
 
 void TrainingMetrics::SetTestAccuracy(double fraction) {
   RequireFraction("test accuracy", fraction);

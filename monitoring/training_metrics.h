@@ -47,6 +47,7 @@ class TrainingMetrics {
   void SetTrainLoss(double loss);                     // any value; NaN shows a divergence
   void SetTrainAccuracy(double fraction);             // in [0, 1]
   void SetTestAccuracy(double fraction);              // in [0, 1]
+  void SetTestLoss(double loss);                      // any value, as the train loss
   void SetLearningRate(double lr);                    // >= 0
   void SetEpoch(int64_t epoch);                       // >= 0
   void SetStep(int64_t global_step);                  // >= 0
@@ -91,6 +92,7 @@ class TrainingMetrics {
   prometheus::Gauge& train_loss_;
   prometheus::Gauge& train_accuracy_;
   prometheus::Gauge& test_accuracy_;
+  prometheus::Gauge& test_loss_;
   prometheus::Gauge& learning_rate_;
   prometheus::Gauge& epoch_;
   prometheus::Gauge& step_;

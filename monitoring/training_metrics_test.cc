@@ -28,6 +28,7 @@ TEST(TrainingMetricsTest, EveryFamilyFollowsTheNamingConventions) {
       {"elastic_train_loss", "gauge"},
       {"elastic_train_accuracy_ratio", "gauge"},
       {"elastic_test_accuracy_ratio", "gauge"},
+      {"elastic_test_loss", "gauge"},
       {"elastic_learning_rate", "gauge"},
       {"elastic_epoch", "gauge"},
       {"elastic_step", "gauge"},
@@ -58,6 +59,7 @@ TEST(TrainingMetricsTest, GaugesHoldTheLastValueSet) {
   metrics.SetTrainLoss(0.42);
   metrics.SetTrainAccuracy(0.875);
   metrics.SetTestAccuracy(0.8125);
+  metrics.SetTestLoss(1.4697);
   metrics.SetLearningRate(0.4);
   metrics.SetEpoch(3);
   metrics.SetStep(1200);
@@ -70,6 +72,7 @@ TEST(TrainingMetricsTest, GaugesHoldTheLastValueSet) {
   EXPECT_EQ(e.Value("elastic_train_loss"), 0.42);
   EXPECT_EQ(e.Value("elastic_train_accuracy_ratio"), 0.875);
   EXPECT_EQ(e.Value("elastic_test_accuracy_ratio"), 0.8125);
+  EXPECT_EQ(e.Value("elastic_test_loss"), 1.4697);
   EXPECT_EQ(e.Value("elastic_learning_rate"), 0.4);
   EXPECT_EQ(e.Value("elastic_epoch"), 3);
   EXPECT_EQ(e.Value("elastic_step"), 1100);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/elastic_job.h"
@@ -44,6 +45,9 @@ constexpr int kEpochs = 2;
 // characters' own frequencies about 3.3; the GPT of tests/gpt_model.py
 // reached 2.73 after 200 steps in one process.
 constexpr double kValLossBound = 3.0;
+// Evaluations inside the epochs: steps 40, 80, 120 and 160 (100 and 200 end
+// epochs, whose boundaries evaluate).
+constexpr int kEvalEvery = 40;
 
 std::string Shell(const std::string& command) {
   bool ok = false;
@@ -82,6 +86,7 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
                   "--decay-steps=" + std::to_string(kEpochs * kTrainWindows / 12),
                   "--min-lr=1e-4",
                   "--commit-every=5",
+                  "--eval-every=" + std::to_string(kEvalEvery),
                   "--log-every=1",
                   "--loader-threads=1",
                   "--log-samples=" + dir + "/samples",
@@ -108,6 +113,17 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   ExpectOneChecksumPerGeneration(output);
   ExpectEverySampleOnce(dir + "/samples", kTrainWindows, kEpochs);
   EXPECT_NE(output.find(" tok/s"), std::string::npos) << WithoutProgress(output);
+  // Each --eval-every evaluation printed once, though the kill made some steps run twice.
+  std::vector<int> evaluated;
+  const std::string driver_output = driver.Output();
+  const std::regex eval_line(
+      "eval step ([0-9]+) \\(epoch [12], [0-9]+%\\) world [12] \\| test loss "
+      "[0-9.]+ perplexity");
+  for (auto it = std::sregex_iterator(driver_output.begin(), driver_output.end(), eval_line);
+       it != std::sregex_iterator(); ++it) {
+    evaluated.push_back(std::stoi((*it)[1]));
+  }
+  EXPECT_EQ(evaluated, (std::vector<int>{40, 80, 120, 160})) << WithoutProgress(driver_output);
 
   const double printed = LastValidationLoss(driver.Output());
   ASSERT_GT(printed, 0) << WithoutProgress(driver.Output());

@@ -57,6 +57,8 @@ void FixedWorld::OnEpochEnd(const EpochSummary& summary) {
   reporter_.EndEpoch(summary);
 }
 
+void FixedWorld::OnEvaluation(const EvaluationSummary& summary) { reporter_.Evaluated(summary); }
+
 double FixedWorld::train_images_per_second() const {
   const double seconds = seconds_ + epoch_seconds_;
   return seconds > 0 ? (images_ + epoch_images_) / seconds : 0;

@@ -31,6 +31,7 @@ class FixedWorld : public World {
   void OnEpochStart(int64_t epoch, int64_t steps_in_epoch) override;
   void OnProgress(const StepReport& report) override;
   void OnEpochEnd(const EpochSummary& summary) override;
+  void OnEvaluation(const EvaluationSummary& summary) override;
   void OnFinished(const StatePoint& at, double metric, bool early_stopped) override;
 
   // Where rank 0's lines go (a null sink on the other ranks).

@@ -119,6 +119,20 @@ void ProgressReporter::EndEpoch(const EpochSummary& s) {
   std::fflush(out_);
 }
 
+std::string FormatEvaluation(const EvaluationSummary& s, const MetricLabel& metric) {
+  char line[384];
+  std::snprintf(line, sizeof(line),
+                "eval step %lld (epoch %lld, %.0f%%) world %d | test loss %s %s | %.1fs",
+                static_cast<long long>(s.step), static_cast<long long>(s.epoch),
+                100 * s.epoch_fraction, s.world, metric.FormatTestLoss(s.test_loss).c_str(),
+                metric.Format(s.test_accuracy).c_str(), s.seconds);
+  return line;
+}
+
+void ProgressReporter::Evaluated(const EvaluationSummary& summary) {
+  Note(FormatEvaluation(summary, metric_).c_str());
+}
+
 void ProgressReporter::Note(const char* text) {
   ClearLiveLine();
   std::fprintf(out_, "%s\n", text);

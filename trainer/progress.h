@@ -26,6 +26,17 @@ struct EpochSummary {
   std::string arithmetic;  // e.g. "bf16, channels-last" (trainer.h, Arithmetic)
 };
 
+// An evaluation inside an epoch, every --eval-every steps (training_loop.h).
+struct EvaluationSummary {
+  int64_t step = 0;           // optimizer steps in all when it was taken
+  int64_t epoch = 0;          // 1-based: the epoch it fell in
+  double epoch_fraction = 0;  // how far through that epoch, in [0, 1)
+  int world = 1;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double seconds = 0;  // the evaluation's own time
+};
+
 // How the task's metric, loss and throughput are printed: "acc 91.20%" or
 // "mae 0.0312"; "2.7259" or "2.7259 perplexity 15.27"; "480 img/s" or
 // "30720 tok/s".
@@ -48,6 +59,10 @@ struct MetricLabel {
   std::string FormatRate(double samples_per_second) const;  // "480 img/s"
 };
 
+// "eval step 250 (epoch 1, 19%) world 2 | test loss 1.8821 perplexity 6.57 acc 44.10% | 0.8s":
+// one line, printed by whoever prints the epoch lines.
+std::string FormatEvaluation(const EvaluationSummary& summary, const MetricLabel& metric);
+
 class ProgressReporter {
  public:
   // live: redraw one line with '\r' (use IsTerminal(out)).
@@ -60,6 +75,8 @@ class ProgressReporter {
   void Step(int64_t step_in_epoch, int64_t global_step, int64_t images_in_epoch, double mean_loss,
             double accuracy, double lr);
   void EndEpoch(const EpochSummary& summary);
+  // An evaluation inside the epoch: its line (FormatEvaluation).
+  void Evaluated(const EvaluationSummary& summary);
   // A free-form line (clears the live line first).
   void Note(const char* text);
 

@@ -41,6 +41,11 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
   f.AddInt("max-steps", &o.max_steps,
            "Stop after this many optimizer steps in total (the last epoch is cut short and "
            "evaluated); 0: no limit.");
+  f.AddInt("eval-every", &o.eval_every,
+           "Evaluate the test set every this many optimizer steps as well as after each epoch "
+           "(an \"eval step\" line, the test-loss gauges): a language model's epoch is long, "
+           "and its validation loss is followed by steps, as nanoGPT's eval_interval. "
+           "0: after each epoch only.");
   f.AddInt("batch-size", &o.batch_size,
            "Images per optimizer step; with --workers, split over the workers (--global-batch, "
            "--per-worker-batch).");
@@ -181,6 +186,7 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   Require(o.test_samples >= 0, "test-samples", "must be >= 0, got " + Show(o.test_samples));
   Require(o.epochs >= 1, "epochs", "must be >= 1, got " + Show(o.epochs));
   Require(o.max_steps >= 0, "max-steps", "must be >= 0, got " + Show(o.max_steps));
+  Require(o.eval_every >= 0, "eval-every", "must be >= 0, got " + Show(o.eval_every));
   Require(o.batch_size >= 1, "batch-size", "must be >= 1, got " + Show(o.batch_size));
   Require(o.lr > 0, "lr", "must be > 0, got " + Show(o.lr));
   Require(o.momentum >= 0 && o.momentum < 1, "momentum",

@@ -122,6 +122,7 @@ LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithme
   c.limits.max_steps = o.max_steps;
   c.limits.commit_every = 1;
   c.limits.checkpoint_every = o.checkpoint_every;
+  c.limits.eval_every = o.eval_every;
   c.batch_size = o.batch_size;
   c.test_size = Limit(task.test->size(), o.test_samples);
   c.augment = o.augment;

@@ -141,6 +141,9 @@ TrainingLoop::End TrainingLoop::Run() {
           run.permutation, p.position, shape.rank, shape.world, shape.step_samples);
       const StepStats stats = TrainStep(run, shape, indices);
       if (trace_) trace_->AfterStep(p.step, stats, learner_);
+      // Before the commit, which may stop this world: the next one goes on
+      // after this step and would not evaluate it.
+      if (EvaluationDue(config_.limits, Point())) EvaluateInsideEpoch(shape);
       bool stop = false;
       if (CommitDue(config_.limits, Point(), ++steps_since_commit)) {
         steps_since_commit = 0;
@@ -321,6 +324,23 @@ TrainingLoop::Boundary TrainingLoop::EpochBoundary(const StepShape& shape) {
   if (world_.rank() == 0 && end.checkpoint) WriteCheckpoint(state_.commit.learner, Point());
   if (end.leave) return Boundary::kStop;
   return end.finish ? Boundary::kFinish : Boundary::kNextEpoch;
+}
+
+void TrainingLoop::EvaluateInsideEpoch(const StepShape& shape) {
+  const TrainingProgress& p = learner_.progress();
+  const auto start = std::chrono::steady_clock::now();
+  const EvalResult result = EvaluateShard();
+  if (world_.rank() != 0) return;
+  EvaluationSummary summary;
+  summary.step = p.step;
+  summary.epoch = p.epoch + 1;
+  summary.epoch_fraction =
+      static_cast<double>(p.position) / static_cast<double>(config_.limits.train_size);
+  summary.world = shape.world;
+  summary.test_loss = result.loss();
+  summary.test_accuracy = result.metric();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  world_.OnEvaluation(summary);
 }
 
 EvalResult TrainingLoop::EvaluateShard() {

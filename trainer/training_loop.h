@@ -7,7 +7,8 @@
 //   Run:   epochs of steps over the elastic sampler's permutation, from the
 //          learner's (epoch, position): each step's samples are split over the
 //          world (epoch_plan.h), trained in micro-batches and their gradients
-//          summed (accumulation.h); a commit every --commit-every steps sums
+//          summed (accumulation.h); every --eval-every steps the test set is
+//          evaluated; a commit every --commit-every steps sums
 //          the ranks' loss and metric, keeps the state (if the world keeps
 //          commits) and lets rank 0 stop the world there; after each epoch the
 //          test set is evaluated in shards, the epoch ended (schedule, early
@@ -96,6 +97,8 @@ class TrainingLoop {
   bool CommitPoint(CommitAt at);
   void ReportProgress(const EpochRun& run, const StepShape& shape, double lr, bool first);
   Boundary EpochBoundary(const StepShape& shape);
+  // --eval-every: evaluates inside the epoch, changing nothing that training uses.
+  void EvaluateInsideEpoch(const StepShape& shape);
   EvalResult EvaluateShard();
   void RecomputeBatchNorm();
   // Evaluation's and the batch-norm re-estimate's: no augmentation, batches

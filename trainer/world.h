@@ -76,6 +76,8 @@ class World {
   virtual void OnCommit(const CommitReport& report) {}
   // Rank 0, after each epoch's evaluation.
   virtual void OnEpochEnd(const EpochSummary& summary) {}
+  // Rank 0, after an evaluation inside an epoch (--eval-every).
+  virtual void OnEvaluation(const EvaluationSummary& summary) {}
   // Rank 0 wrote a checkpoint of `at`.
   virtual void OnCheckpoint(const StatePoint& at, const std::string& path) {}
   // Rank 0, once training is over (after the final checkpoint).

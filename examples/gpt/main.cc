@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
   d.batch_size = 12;
   d.epochs = 1000;  // --max-steps ends the run
   d.max_steps = 2000;
+  d.eval_every = 250;  // nanoGPT's eval_interval
   d.optimizer = "adamw";
   d.lr = 1e-3;
   d.adam_beta1 = 0.9;

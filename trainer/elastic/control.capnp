@@ -101,6 +101,18 @@ struct EpochSummary {
   arithmetic @9 :Text;    # rank 0's precision and memory format, e.g. "bf16, channels-last"
 }
 
+# Rank 0 -> controller (ToController.evaluation, a tell), after an evaluation
+# inside an epoch (--eval-every).
+struct Evaluation {
+  step @0 :Int64;            # optimizer steps in all
+  epoch @1 :Int64;           # 1-based: the epoch it fell in
+  epochFraction @2 :Float64; # how far through that epoch, in [0, 1)
+  world @3 :Int32;
+  testLoss @4 :Float64;
+  testAccuracy @5 :Float64;
+  seconds @6 :Float64;       # the evaluation's own time
+}
+
 # Rank 0 -> controller (ToController.commit, a tell), at every commit point.
 struct CommitReport {
   generation @0 :UInt64;
@@ -189,6 +201,7 @@ struct ToController {
     done @11 :Done;                  # ask: answered (empty) once the controller knows
     stats @12 :WorkerStats;
     tick @13 :Void;                  # the controller's own clock (its tick thread)
+    evaluation @14 :Evaluation;
   }
 }
 

@@ -77,6 +77,10 @@ std::vector<FuzzBytes> Seeds() {
     m.setEpoch(1);
     m.setTestAccuracy(0.5);
   }));
+  to_controller(EncodeControl<proto::Evaluation>([](auto m) {
+    m.setStep(250);
+    m.setTestLoss(1.88);
+  }));
   to_controller(EncodeControl<proto::CommitReport>([&](auto m) {
     m.setGeneration(2);
     ToProto(point, m.initPoint());

@@ -63,6 +63,7 @@ ELASTIC_CONTROL_MEMBER(ToTrainer, JobOver, Over, "over");
 ELASTIC_CONTROL_MEMBER(ToController, Hello, Hello, "hello");
 ELASTIC_CONTROL_MEMBER(ToController, Progress, Progress, "progress");
 ELASTIC_CONTROL_MEMBER(ToController, EpochSummary, Epoch, "epoch");
+ELASTIC_CONTROL_MEMBER(ToController, Evaluation, Evaluation, "evaluation");
 ELASTIC_CONTROL_MEMBER(ToController, CommitReport, Commit, "commit");
 ELASTIC_CONTROL_MEMBER(ToController, Synced, Synced, "synced");
 ELASTIC_CONTROL_MEMBER(ToController, FirstStep, FirstStep, "firstStep");

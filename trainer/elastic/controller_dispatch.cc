@@ -12,6 +12,7 @@ std::string Dispatch(proto::ToController::Reader m, ControllerMessages& to) {
     case proto::ToController::HELLO: return to.OnHello(m.getHello()), "";
     case proto::ToController::PROGRESS: return to.OnProgress(m.getProgress()), "";
     case proto::ToController::EPOCH: return to.OnEpoch(m.getEpoch()), "";
+    case proto::ToController::EVALUATION: return to.OnEvaluation(m.getEvaluation()), "";
     case proto::ToController::COMMIT: return to.OnCommit(m.getCommit()), "";
     case proto::ToController::SYNCED: return to.OnSynced(m.getSynced()), "";
     case proto::ToController::FIRST_STEP: return to.OnFirstStep(m.getFirstStep()), "";

@@ -20,6 +20,7 @@ class ControllerMessages {
   virtual void OnHello(proto::Hello::Reader hello) = 0;
   virtual void OnProgress(proto::Progress::Reader progress) = 0;
   virtual void OnEpoch(proto::EpochSummary::Reader epoch) = 0;
+  virtual void OnEvaluation(proto::Evaluation::Reader evaluation) = 0;
   virtual void OnCommit(proto::CommitReport::Reader commit) = 0;
   virtual void OnSynced(proto::Synced::Reader synced) = 0;
   virtual void OnFirstStep(proto::FirstStep::Reader first) = 0;

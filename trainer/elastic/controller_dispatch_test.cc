@@ -28,6 +28,7 @@ class Recorder : public ControllerMessages {
   void OnHello(proto::Hello::Reader m) override { Add("hello", m.getMemberId()); }
   void OnProgress(proto::Progress::Reader m) override { Add("progress", m.getStep()); }
   void OnEpoch(proto::EpochSummary::Reader m) override { Add("epoch", m.getEpoch()); }
+  void OnEvaluation(proto::Evaluation::Reader m) override { Add("evaluation", m.getStep()); }
   void OnCommit(proto::CommitReport::Reader m) override { Add("commit", m.getGeneration()); }
   void OnSynced(proto::Synced::Reader m) override { Add("synced", m.getChecksum()); }
   void OnFirstStep(proto::FirstStep::Reader m) override { Add("firstStep", m.getGeneration()); }
@@ -73,10 +74,12 @@ TEST(ControllerDispatchTest, EveryMemberReachesItsHandler) {
   Dispatched(EncodeControl<proto::Done>([](proto::Done::Builder m) { m.setSteps(10); }), r);
   Dispatched(
       EncodeControl<proto::WorkerStats>([](proto::WorkerStats::Builder m) { m.setRank(11); }), r);
-  EXPECT_EQ(r.calls,
-            (std::vector<std::string>{"tick", "spec", "hello 1", "progress 2", "epoch 3",
-                                      "commit 4", "synced 5", "firstStep 6", "checkpoint 7",
-                                      "fault 8", "draining 9", "done 10", "stats 11"}));
+  Dispatched(EncodeControl<proto::Evaluation>([](proto::Evaluation::Builder m) { m.setStep(12); }),
+             r);
+  EXPECT_EQ(r.calls, (std::vector<std::string>{"tick", "spec", "hello 1", "progress 2", "epoch 3",
+                                               "commit 4", "synced 5", "firstStep 6",
+                                               "checkpoint 7", "fault 8", "draining 9", "done 10",
+                                               "stats 11", "evaluation 12"}));
 }
 
 // A ToController message whose member is `which`: the union's discriminant

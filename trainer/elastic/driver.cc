@@ -197,6 +197,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void OnHello(proto::Hello::Reader hello) override;
   void OnProgress(proto::Progress::Reader p) override;
   void OnEpoch(proto::EpochSummary::Reader e) override;
+  void OnEvaluation(proto::Evaluation::Reader e) override;
   void OnCommit(proto::CommitReport::Reader c) override;
   void OnSynced(proto::Synced::Reader s) override;
   void OnFirstStep(proto::FirstStep::Reader f) override;
@@ -253,7 +254,8 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   int stop_signals_seen_ = 0;
   int64_t reported_epoch_ = -1;
   uint64_t reported_generation_ = 0;
-  int64_t printed_epoch_ = 0;  // 1-based epoch of the last summary printed
+  int64_t printed_epoch_ = 0;      // 1-based epoch of the last summary printed
+  int64_t printed_eval_step_ = 0;  // step of the last --eval-every evaluation printed
   std::set<uint64_t> bad_stats_;
   Clock::time_point last_runtime_stats_;
   MembershipUpdate last_membership_;  // the head's, as last forwarded
@@ -423,6 +425,22 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   report.images_per_second = e.getImagesPerSecond();
   report.seconds = e.getSeconds();
   metrics_.OnEpoch(report);
+}
+
+void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
+  // Steps redone after a failure evaluate again; the first one stands.
+  if (e.getStep() <= printed_eval_step_) return;
+  printed_eval_step_ = e.getStep();
+  EvaluationSummary summary;
+  summary.step = e.getStep();
+  summary.epoch = e.getEpoch();
+  summary.epoch_fraction = e.getEpochFraction();
+  summary.world = e.getWorld();
+  summary.test_loss = e.getTestLoss();
+  summary.test_accuracy = e.getTestAccuracy();
+  summary.seconds = e.getSeconds();
+  reporter_.Note(FormatEvaluation(summary, metric_).c_str());
+  metrics_.OnEvaluation({summary.step, summary.test_loss, summary.test_accuracy});
 }
 
 void ControllerActor::OnCommit(proto::CommitReport::Reader c) {

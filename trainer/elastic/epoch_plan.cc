@@ -40,6 +40,10 @@ bool StepsRemain(const TrainingLimits& limits, const StatePoint& at) {
   return !EpochTrained(limits, at.position) && !StepLimitReached(limits, at.step);
 }
 
+bool EvaluationDue(const TrainingLimits& limits, const StatePoint& at) {
+  return limits.eval_every > 0 && at.step % limits.eval_every == 0 && StepsRemain(limits, at);
+}
+
 bool CommitDue(const TrainingLimits& limits, const StatePoint& at, int64_t steps_since_commit) {
   return steps_since_commit >= limits.commit_every || !StepsRemain(limits, at);
 }

@@ -22,6 +22,7 @@ struct TrainingLimits {
   int64_t max_steps = 0;         // --max-steps; 0: no limit
   int64_t commit_every = 1;      // --commit-every (>= 1)
   int64_t checkpoint_every = 1;  // --checkpoint-every (>= 1)
+  int64_t eval_every = 0;        // --eval-every: steps; 0: only at epoch boundaries
 };
 
 // How the optimizer steps of one generation are split across its world.
@@ -54,6 +55,12 @@ bool EpochTrained(const TrainingLimits& limits, int64_t position);
 // Another step of this epoch follows the one that left training at `at`: the
 // epoch has samples left and --max-steps is not reached.
 bool StepsRemain(const TrainingLimits& limits, const StatePoint& at);
+
+// Whether the step that left training at `at` is followed by an evaluation
+// inside the epoch: every --eval-every optimizer steps (counted over the whole
+// job, so a job that resumes evaluates where it would have), except after an
+// epoch's or the job's last step, whose boundary evaluates anyway.
+bool EvaluationDue(const TrainingLimits& limits, const StatePoint& at);
 
 // Whether the step that left training at `at`, `steps_since_commit` steps
 // after the last commit, is followed by a commit: every --commit-every steps,

@@ -126,6 +126,30 @@ TEST(EpochPlanTest, StepsRemainAndEpochTrained) {
   }
 }
 
+TEST(EpochPlanTest, EvaluationDueEveryEvalEverySteps) {
+  struct Case {
+    int64_t eval_every, max_steps;
+    StatePoint at;
+    bool due;
+  };
+  const Case cases[] = {
+      {0, 0, {0, 40, 10}, false},   // --eval-every=0: epoch boundaries only
+      {5, 0, {0, 40, 10}, true},    // every --eval-every steps
+      {5, 0, {0, 44, 11}, false},   // between them
+      {5, 0, {1, 20, 30}, true},    // counted over the job, not the epoch
+      {5, 0, {0, 100, 25}, false},  // the epoch's last step: its boundary evaluates
+      {5, 30, {1, 20, 30}, false},  // --max-steps' last step: the same
+      {5, 35, {1, 20, 30}, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "eval_every=" << c.eval_every << " max_steps=" << c.max_steps
+                                    << " at " << ToString(c.at));
+    TrainingLimits limits = Limits(c.max_steps);
+    limits.eval_every = c.eval_every;
+    EXPECT_EQ(EvaluationDue(limits, c.at), c.due);
+  }
+}
+
 TEST(EpochPlanTest, CommitDueAfterAStep) {
   struct Case {
     int64_t commit_every, max_steps;

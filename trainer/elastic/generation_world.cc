@@ -143,6 +143,18 @@ void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
   });
 }
 
+void GenerationWorld::OnEvaluation(const EvaluationSummary& s) {
+  services_.controller->Tell<proto::Evaluation>([&](proto::Evaluation::Builder m) {
+    m.setStep(s.step);
+    m.setEpoch(s.epoch);
+    m.setEpochFraction(s.epoch_fraction);
+    m.setWorld(s.world);
+    m.setTestLoss(s.test_loss);
+    m.setTestAccuracy(s.test_accuracy);
+    m.setSeconds(s.seconds);
+  });
+}
+
 void ReportCheckpoint(const ControllerLink& controller, const StatePoint& at,
                       const std::string& path) {
   controller.Log("checkpoint written to %s", path.c_str());

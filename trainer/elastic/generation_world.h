@@ -72,6 +72,7 @@ class GenerationWorld : public World {
   void OnProgress(const StepReport& report) override;
   void OnCommit(const CommitReport& report) override;
   void OnEpochEnd(const EpochSummary& summary) override;
+  void OnEvaluation(const EvaluationSummary& summary) override;
   void OnCheckpoint(const StatePoint& at, const std::string& path) override;
   void OnFinished(const StatePoint& at, double metric, bool early_stopped) override;
 

@@ -70,8 +70,14 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
   last_progress_time_ = now;
 }
 
+void JobMetrics::OnEvaluation(const EvaluationReport& e) {
+  metrics_.SetTestAccuracy(e.test_accuracy);
+  metrics_.SetTestLoss(e.test_loss);
+}
+
 void JobMetrics::OnEpoch(const EpochReport& e) {
   metrics_.SetTestAccuracy(e.test_accuracy);
+  metrics_.SetTestLoss(e.test_loss);
   SetRate(e.images_per_second);
   monitoring::EpochRecord record;
   record.epoch = e.epoch;
