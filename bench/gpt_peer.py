@@ -130,15 +130,24 @@ def evaluate(model, val, context, rank, world, batch_size):
     return sums[0].item() / max(sums[1].item(), 1)
 
 
+def from_script(path, vocab):
+    """The eager GPT of the TorchScript file `path` (tests/gpt_model.py script):
+    its architecture read off the module, its weights loaded, dropout 0."""
+    init = torch.jit.load(path)
+    state = init.state_dict()
+    layers = len([k for k in state if k.endswith(".ln_1.weight")])
+    heads = getattr(init.h, "0").attn.heads
+    model = Gpt(vocab, init.wpe.weight.size(0), layers, heads, init.wte.weight.size(1), 0.0)
+    model.load_state_dict(state)  # the same weights as ours starts from
+    return model
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True, help="train.bin, val.bin and meta.json")
     parser.add_argument("--init", required=True,
                         help="the initial model: a TorchScript GPT of tests/gpt_model.py")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--embd", type=int, default=128)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=12,
                         help="windows a step, split over the ranks")
@@ -185,10 +194,7 @@ def main():
     val, _ = tokens_of(args.data_dir, "val")
     n = train_windows(train, args.context)
 
-    init = torch.jit.load(args.init)
-    model = Gpt(meta["vocab_size"], init.wpe.weight.size(0), args.layers, args.heads, args.embd,
-                0.0)
-    model.load_state_dict(init.state_dict())  # the same weights as ours starts from
+    model = from_script(args.init, meta["vocab_size"])
     if args.per_worker_batch:
         rank_batch, lr = args.batch_size, args.lr * world
     else:

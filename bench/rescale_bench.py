@@ -129,8 +129,23 @@ STEP = re.compile(r"STEP (\{.*\})")
 START = re.compile(r"START (\{.*\})")
 
 
+# A language model's recipe (bench/spot_trace_bench.py --task gpt): nanoGPT's
+# CPU settings, a warm-up of 100 steps and then a constant rate (the run has
+# no end in steps).
+GPT_FLAGS = ["--dataset=tokens", "--optimizer=adamw", "--lr=1e-3", "--adam-beta2=0.99",
+             "--weight-decay=0.1", "--clip-grad=1", "--warmup-epochs=0", "--warmup-steps=100",
+             "--schedule=constant", "--augment=false", "--recompute-bn=0"]
+
+
+def task_flags(args):
+    """What ours trains: --model on CIFAR-10 or, with --task gpt, --model-file on tokens."""
+    if getattr(args, "task", "cifar") == "gpt":
+        return GPT_FLAGS + [f"--model-file={args.model_file}", f"--context={args.context}"]
+    return [f"--model={args.model}", "--dataset=cifar10"]
+
+
 def ours_argv(args, workers, token_file):
-    return [args.ours, f"--workers={workers}", f"--model={args.model}", "--dataset=cifar10",
+    return [args.ours, f"--workers={workers}", *task_flags(args),
             f"--data-dir={args.data_dir}", "--epochs=1000", f"--batch-size={args.batch_size}",
             "--per-worker-batch", "--threads=1", "--loader-threads=1", "--test-samples=64",
             f"--commit-every={args.commit_every}", f"--token-file={token_file}",

@@ -326,9 +326,37 @@ class Recorded(Job):
         self.log_file.close()
 
 
-def train_samples(data_dir):
+def train_samples(args):
+    """Samples of an epoch: CIFAR-10 images, or (--task gpt) windows of train.bin
+    as both sides cut them (trainer/data/token_stream.h, bench/gpt_peer.py)."""
+    if args.task == "gpt":
+        with open(os.path.join(args.data_dir, "meta.json")) as f:
+            width = 2 if json.load(f)["dtype"] == "uint16" else 4
+        tokens = os.path.getsize(os.path.join(args.data_dir, "train.bin")) // width
+        return (tokens - args.context) // args.context
+    data_dir = args.data_dir
     return sum(os.path.getsize(os.path.join(data_dir, f)) // RECORD_BYTES
                for f in sorted(os.listdir(data_dir)) if re.match(r"data_batch_\d+\.bin$", f))
+
+
+def vocab_size(data_dir):
+    with open(os.path.join(data_dir, "meta.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def peer_argv(args):
+    """The torchrun peer's script and flags for --task: the same work as ours."""
+    if args.task == "gpt":
+        return [os.path.join(HERE, "gpt_peer.py"), f"--init={args.model_file}",
+                f"--context={args.context}", "--per-worker-batch", "--lr=1e-3",
+                "--warmup-steps=100", "--decay-steps=1000000000", "--no-eval"]
+    return [os.path.join(HERE, "ddp_peer.py"), f"--model={args.model}", "--threads=1",
+            "--no-eval", f"--precision={args.precision}", f"--memory-format={args.memory_format}"]
+
+
+def task_label(args):
+    return f"a GPT ({os.path.basename(args.model_file)}) on tokens" if args.task == "gpt" \
+        else args.model
 
 
 def ours_has_flag(binary, flag):
@@ -438,7 +466,7 @@ def ours_accounting(samples_dir, window_end=None):
 
 def ours_ideal(args, world, logs):
     """Fault-free samples/s of a job of `world` workers (all there at the start)."""
-    n = train_samples(args.data_dir)
+    n = train_samples(args)
     nodes = world // args.workers_per_node
     job = Ours(args, logs, min_workers=world, log_samples=False)
     try:
@@ -500,11 +528,9 @@ class Torchrun:
                 f"--rdzv_conf=is_host=false,{args.torchrun_rdzv_conf}".rstrip(","),
                 "--max_restarts=1000000",
                 f"--monitor_interval={args.torchrun_monitor_interval}",
-                os.path.join(HERE, "ddp_peer.py"), f"--model={args.model}",
-                f"--data-dir={args.data_dir}", "--epochs=100000",
-                f"--batch-size={args.batch_size}", "--threads=1", "--no-eval", "--step-lines",
-                f"--seed={args.seed}", f"--precision={args.precision}",
-                f"--memory-format={args.memory_format}", f"--checkpoint={self.checkpoint}",
+                *peer_argv(args), f"--data-dir={args.data_dir}", "--epochs=100000",
+                f"--batch-size={args.batch_size}", "--step-lines", f"--seed={args.seed}",
+                f"--checkpoint={self.checkpoint}",
                 f"--checkpoint-every={args.checkpoint_every}"]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         self.nodes[node_id] = Recorded(argv, os.path.join(self.logs, f"node{node_id}.log"),
@@ -540,7 +566,7 @@ class Torchrun:
 
 
 def torchrun_ideal(args, world, logs):
-    n = train_samples(args.data_dir)
+    n = train_samples(args)
     job = Torchrun(args, logs, nnodes=f"{world // args.workers_per_node}")
     try:
         for i in range(world // args.workers_per_node):
@@ -673,7 +699,7 @@ def run_torchrun(args, actions, end_ms, speedup, logs, note):
         steps = job.steps()
     finally:
         job.close()
-    n = train_samples(args.data_dir)
+    n = train_samples(args)
     window = [s for s in steps if start <= s["time"] < end]
     trained = sum(s.get("samples", 0) for s in window)
     kept = window[-1]["epoch"] * n + window[-1]["samples_done"] if window else 0
@@ -695,7 +721,16 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", required=True, help="Oobleck-format trace (ms,add|remove,node)")
     parser.add_argument("--ours", default="bazel-bin/trainer/cifar", help="//trainer:cifar")
-    parser.add_argument("--data-dir", required=True, help="CIFAR-10 binary files")
+    parser.add_argument("--task", choices=["cifar", "gpt"], default="cifar",
+                        help="cifar: --model on CIFAR-10 images; gpt: a language model "
+                             "(--model-file, default nanoGPT's CPU GPT of tests/gpt_model.py) on "
+                             "token files (tools/prepare_tokens.py), the peer bench/gpt_peer.py")
+    parser.add_argument("--data-dir", required=True,
+                        help="CIFAR-10 binary files, or (--task gpt) train.bin, val.bin, meta.json")
+    parser.add_argument("--model-file", default="",
+                        help="--task gpt: a TorchScript GPT of tests/gpt_model.py; empty: one of "
+                             "4 layers, 4 heads, 128 wide, --context long, scripted with --seed")
+    parser.add_argument("--context", type=int, default=64, help="--task gpt: tokens a window")
     parser.add_argument("--systems", default="ours,torchrun")
     parser.add_argument("--events", type=int, default=0, help="replay only the first N events")
     parser.add_argument("--until-ms", type=int, default=0,
@@ -714,7 +749,8 @@ def parse_args(argv=None):
     parser.add_argument("--admit-at", choices=["commit", "epoch"], default="",
                         help="ours: when joins enter (passed through when the binary has it)")
     parser.add_argument("--model", default="resnet8")
-    parser.add_argument("--batch-size", type=int, default=32, help="per worker")
+    parser.add_argument("--batch-size", type=int, default=0,
+                        help="per worker; 0: 32 images, or 12 windows with --task gpt")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--memory-format", choices=["contiguous", "channels-last"],
                         default="contiguous")
@@ -755,6 +791,9 @@ def parse_args(argv=None):
     args.checkpoint_every = args.checkpoint_every or args.commit_every
     args.ours = os.path.abspath(args.ours)
     args.data_dir = os.path.abspath(args.data_dir)
+    args.batch_size = args.batch_size or (12 if args.task == "gpt" else 32)
+    if args.model_file:
+        args.model_file = os.path.abspath(args.model_file)
     args.ours_extra = []
     return args
 
@@ -764,8 +803,10 @@ def main():
     if "ours" in args.systems and not os.access(args.ours, os.X_OK):
         print(f"spot_trace_bench: --ours {args.ours} is not an executable", file=sys.stderr)
         return 2
-    if not os.path.isfile(os.path.join(args.data_dir, "data_batch_1.bin")):
-        print(f"spot_trace_bench: no CIFAR-10 binary files in {args.data_dir}", file=sys.stderr)
+    needed = "train.bin" if args.task == "gpt" else "data_batch_1.bin"
+    if not os.path.isfile(os.path.join(args.data_dir, needed)):
+        print(f"spot_trace_bench: no {needed} in {args.data_dir} (--task {args.task})",
+              file=sys.stderr)
         return 2
     trace = read_trace(args.trace)
     events, end_ms = select_prefix(trace, args.events, args.until_ms)
@@ -797,6 +838,12 @@ def main():
 
     logs = args.keep_logs or tempfile.mkdtemp(prefix="spot_trace_bench_")
     os.makedirs(logs, exist_ok=True)
+    if args.task == "gpt" and not args.model_file:
+        args.model_file = os.path.join(logs, "gpt.pt")
+        subprocess.run([PYTHON, os.path.join(HERE, "..", "tests", "gpt_model.py"), "script",
+                        args.model_file, "--vocab", str(vocab_size(args.data_dir)), "--block",
+                        str(args.context), "--layers", "4", "--heads", "4", "--embd", "128",
+                        "--seed", str(args.seed)], check=True, stdout=subprocess.DEVNULL)
     results = {"speedup": speedup, "events": len(events), "end_ms": end_ms,
                "timeline": timeline, "world_seconds": {w * per_node: s for w, s in spent.items()},
                "load_before": load, "notes": notes}
@@ -837,7 +884,8 @@ def main():
 
 def print_table(results, args, worlds, per_node):
     systems = [s for s in ("ours", "torchrun") if s in results]
-    print(f"\nGoodput on the trace, {args.model}, batch {args.batch_size}/worker, 1 thread/worker, "
+    print(f"\nGoodput on the trace, {task_label(args)}, batch {args.batch_size}/worker, "
+          "1 thread/worker, "
           f"{args.max_workers} workers at the trace's peak, removes by {args.remove}, "
           f"speedup {results['speedup']:.1f}x")
     print("world | wall s | " + " | ".join(f"{s} ideal samples/s" for s in systems))
