@@ -9,6 +9,7 @@
 
 #include "models/registry.h"
 #include "trainer/checkpoint.h"
+#include "trainer/compute_threads.h"
 #include "trainer/device.h"
 #include "trainer/zoo_task.h"
 
@@ -163,7 +164,7 @@ Trainer::Trainer(const TrainOptions& options, Task task, std::FILE* out,
   task_.Check();
   world_ = std::make_unique<FixedWorld>(world, out, options_.epochs, options_.log_every,
                                         MetricLabelOf(task_));
-  if (options_.threads > 0) torch::set_num_threads(static_cast<int>(options_.threads));
+  if (options_.threads > 0) SetComputeThreads(static_cast<int>(options_.threads));
   const torch::Device device = ResolveDevice(options_.device, LocalRank());
   arithmetic_ = ChooseArithmetic(options_, task_, device);
   std::fprintf(world_->out(), "training %s on %s: %s\n", task_.model_name.c_str(),

@@ -39,6 +39,7 @@
 #include "runtime/head_reconnect.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checksum.h"
+#include "trainer/compute_threads.h"
 #include "trainer/device.h"
 #include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
@@ -603,9 +604,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
 }
 
 int Worker::Run() {
-  torch::set_num_threads(
-      // One process per core is the fast split on CPUs.
-      train_.threads > 0 ? static_cast<int>(train_.threads) : 1);
+  // One process per core is the fast split on CPUs.
+  SetComputeThreads(train_.threads > 0 ? static_cast<int>(train_.threads) : 1);
   wedge_at_step_ = WedgeStepFromEnvironment(env_.worker_index);
   device_ = ResolveDevice(train_.device, env_.worker_index);
   arithmetic_ = ChooseArithmetic(train_, task_, device_);

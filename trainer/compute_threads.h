@@ -1,0 +1,21 @@
+// How many threads one process computes with.
+#pragma once
+
+namespace elastic::trainer {
+
+// Sets LibTorch's intra-op threads and the BLAS library's own to `threads`
+// (>= 1). LibTorch's setting reaches OpenMP only: Debian's OpenBLAS (the
+// pthreads build behind libblas.so.3, which LibTorch calls for matrix
+// products) keeps its own pool of one thread per core, whose threads spin
+// while they wait. Two workers of --threads 1 on two cores then ran four busy
+// threads: a GPT's step (matrix products throughout) took 2.7x as long
+// (docs/benchmarks.md, "Language models against nanoGPT"). The BLAS pool is
+// set through openblas_set_num_threads when the process has OpenBLAS loaded;
+// with another BLAS nothing else is changed.
+void SetComputeThreads(int threads);
+
+// The BLAS pool's size (OpenBLAS's openblas_get_num_threads); 0 when the
+// process has no OpenBLAS.
+int BlasThreads();
+
+}  // namespace elastic::trainer
