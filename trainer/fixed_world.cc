@@ -46,18 +46,21 @@ void FixedWorld::OnEpochStart(int64_t epoch, int64_t steps_in_epoch) {
 
 void FixedWorld::OnProgress(const StepReport& r) {
   epoch_images_ = r.seen;
-  epoch_seconds_ = reporter_.epoch_seconds();
+  epoch_seconds_ = reporter_.epoch_seconds() - epoch_eval_seconds_;
   reporter_.Step(r.step_in_epoch, r.at.step, static_cast<int64_t>(r.seen), r.loss, r.metric, r.lr);
 }
 
 void FixedWorld::OnEpochEnd(const EpochSummary& summary) {
   images_ += epoch_images_;
   seconds_ += epoch_seconds_;
-  epoch_images_ = epoch_seconds_ = 0;
+  epoch_images_ = epoch_seconds_ = epoch_eval_seconds_ = 0;
   reporter_.EndEpoch(summary);
 }
 
-void FixedWorld::OnEvaluation(const EvaluationSummary& summary) { reporter_.Evaluated(summary); }
+void FixedWorld::OnEvaluation(const EvaluationSummary& summary) {
+  epoch_eval_seconds_ += summary.seconds;
+  reporter_.Evaluated(summary);
+}
 
 double FixedWorld::train_images_per_second() const {
   const double seconds = seconds_ + epoch_seconds_;

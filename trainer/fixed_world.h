@@ -53,6 +53,7 @@ class FixedWorld : public World {
   // The current epoch's samples and training seconds at its last step, and
   // the finished epochs' sums.
   double epoch_images_ = 0, epoch_seconds_ = 0;
+  double epoch_eval_seconds_ = 0;  // --eval-every's evaluations of this epoch: not training
   double images_ = 0, seconds_ = 0;
 };
 

@@ -131,6 +131,7 @@ std::string FormatEvaluation(const EvaluationSummary& s, const MetricLabel& metr
 
 void ProgressReporter::Evaluated(const EvaluationSummary& summary) {
   Note(FormatEvaluation(summary, metric_).c_str());
+  first_seen_ = false;  // the rate and the ETA count from the next step, not through evaluation
 }
 
 void ProgressReporter::Note(const char* text) {

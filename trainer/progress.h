@@ -75,7 +75,8 @@ class ProgressReporter {
   void Step(int64_t step_in_epoch, int64_t global_step, int64_t images_in_epoch, double mean_loss,
             double accuracy, double lr);
   void EndEpoch(const EpochSummary& summary);
-  // An evaluation inside the epoch: its line (FormatEvaluation).
+  // An evaluation inside the epoch: its line (FormatEvaluation); the live
+  // rate and ETA then count from the next step.
   void Evaluated(const EvaluationSummary& summary);
   // A free-form line (clears the live line first).
   void Note(const char* text);

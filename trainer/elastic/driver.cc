@@ -439,7 +439,7 @@ void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
   summary.test_loss = e.getTestLoss();
   summary.test_accuracy = e.getTestAccuracy();
   summary.seconds = e.getSeconds();
-  reporter_.Note(FormatEvaluation(summary, metric_).c_str());
+  reporter_.Evaluated(summary);
   metrics_.OnEvaluation({summary.step, summary.test_loss, summary.test_accuracy});
 }
 
