@@ -136,7 +136,8 @@ TEST(DashboardTest, HasThePanelsOperatorsLookFor) {
   const std::vector<std::pair<std::string, std::string>> required = {
       {"Throughput", "elastic_train_images_per_second"},
       {"Throughput", "elastic_train_tokens_per_second"},
-      {"Training loss", "elastic_train_loss"},
+      {"Loss", "elastic_train_loss"},
+      {"Loss", "elastic_test_loss"},
       {"Accuracy", "elastic_test_accuracy_ratio"},
       {"World size over time", "elastic_world_size"},
       {"Allreduce latency quantiles", "histogram_quantile(0.99"},
