@@ -25,7 +25,7 @@ struct TrainOptions {
 
   // How long.
   int64_t epochs = 200;
-  int64_t max_steps = 0;  // 0: no limit
+  int64_t max_steps = 0;   // 0: no limit
   int64_t eval_every = 0;  // optimizer steps between evaluations inside an epoch; 0: none
   int64_t batch_size = 128;
 

@@ -440,7 +440,7 @@ void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
   summary.test_accuracy = e.getTestAccuracy();
   summary.seconds = e.getSeconds();
   reporter_.Evaluated(summary);
-  metrics_.OnEvaluation({summary.step, summary.test_loss, summary.test_accuracy});
+  metrics_.OnEvaluation(summary.test_loss, summary.test_accuracy);
 }
 
 void ControllerActor::OnCommit(proto::CommitReport::Reader c) {

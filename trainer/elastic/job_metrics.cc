@@ -70,9 +70,9 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
   last_progress_time_ = now;
 }
 
-void JobMetrics::OnEvaluation(const EvaluationReport& e) {
-  metrics_.SetTestAccuracy(e.test_accuracy);
-  metrics_.SetTestLoss(e.test_loss);
+void JobMetrics::OnEvaluation(double test_loss, double test_accuracy) {
+  metrics_.SetTestAccuracy(test_accuracy);
+  metrics_.SetTestLoss(test_loss);
 }
 
 void JobMetrics::OnEpoch(const EpochReport& e) {

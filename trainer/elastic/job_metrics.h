@@ -42,12 +42,6 @@ struct EpochReport {
   double seconds = 0;
 };
 
-// Rank 0's evaluation inside an epoch (proto::Evaluation, --eval-every).
-struct EvaluationReport {
-  int64_t step = 0;
-  double test_loss = 0, test_accuracy = 0;
-};
-
 class JobMetrics {
  public:
   // Serves the metrics on options' address and port. When that port is taken
@@ -69,7 +63,8 @@ class JobMetrics {
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
-  void OnEvaluation(const EvaluationReport& evaluation);
+  // Rank 0's evaluation inside an epoch (proto::Evaluation, --eval-every).
+  void OnEvaluation(double test_loss, double test_accuracy);
   // A worker's cumulative WorkerStatsRecord, as member `member_id` sent it
   // (proto::WorkerStats, see FromProto). Folds in what it counted since the
   // last record of that member (so the same record delivered twice counts

@@ -86,7 +86,7 @@ TEST(JobMetricsTest, ALanguageModelCountsTokens) {
   EXPECT_NE(text.find("elastic_train_images_per_second 50"), std::string::npos) << text;
   EXPECT_NE(text.find("elastic_train_tokens_per_second 3200"), std::string::npos) << text;
   // --eval-every: an evaluation inside the next epoch moves the test gauges.
-  job.OnEvaluation({150, 1.875, 0.375});
+  job.OnEvaluation(1.875, 0.375);
   const std::string evaluated = job.metrics().Serialize();
   EXPECT_NE(evaluated.find("elastic_test_loss 1.875"), std::string::npos) << evaluated;
   EXPECT_NE(evaluated.find("elastic_test_accuracy_ratio 0.375"), std::string::npos) << evaluated;
