@@ -1,10 +1,6 @@
 #include "trainer/data/token_stream.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -105,93 +101,48 @@ TokenFileInfo ReadTokenFileInfo(const std::string& path) {
   return info;
 }
 
+namespace {
+
+// Checks the width before the file is mapped: a bad width is the caller's
+// mistake (std::invalid_argument), whatever the file holds.
+int CheckedWidth(int width) {
+  TokenDtypeName(width);
+  return width;
+}
+
+}  // namespace
+
 TokenFile::TokenFile(std::string path, int width, TokenAccess access)
-    : path_(std::move(path)), width_(width) {
-  const std::string dtype = TokenDtypeName(width);
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) Fail(path_, errno == ENOENT ? "no such file" : "cannot open (" + ErrnoText() + ")");
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    const std::string why = ErrnoText();
-    Release();
-    Fail(path_, "cannot stat (" + why + ")");
+    : width_(CheckedWidth(width)),
+      file_(std::move(path), access == TokenAccess::kRandom ? MappedFile::Access::kRandom
+                                                            : MappedFile::Access::kNormal) {
+  if (file_.size() == 0) Fail(file_.path(), "is empty (no tokens)");
+  if (file_.size() % width_ != 0) {
+    Fail(file_.path(), "has " + std::to_string(file_.size()) + " bytes, not a multiple of the " +
+                           std::to_string(width_) + "-byte tokens of dtype " +
+                           TokenDtypeName(width_) + " (meta.json)");
   }
-  if (!S_ISREG(st.st_mode)) {
-    Release();
-    Fail(path_, "not a regular file");
-  }
-  if (st.st_size == 0) {
-    Release();
-    Fail(path_, "is empty (no tokens)");
-  }
-  if (st.st_size % width != 0) {
-    Release();
-    Fail(path_, "has " + std::to_string(st.st_size) + " bytes, not a multiple of the " +
-                    std::to_string(width) + "-byte tokens of dtype " + dtype + " (meta.json)");
-  }
-  bytes_ = static_cast<size_t>(st.st_size);
-  void* map = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd_, 0);
-  if (map == MAP_FAILED) {
-    const std::string why = ErrnoText();
-    bytes_ = 0;
-    Release();
-    Fail(path_, "cannot map (" + why + ")");
-  }
-  data_ = map;
-  tokens_ = st.st_size / width;
-  // Only a hint: a kernel that ignores it reads the same bytes, perhaps more slowly.
-  ::madvise(map, bytes_, access == TokenAccess::kRandom ? MADV_RANDOM : MADV_NORMAL);
-}
-
-TokenFile::~TokenFile() { Release(); }
-
-TokenFile::TokenFile(TokenFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      width_(other.width_),
-      fd_(std::exchange(other.fd_, -1)),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      tokens_(std::exchange(other.tokens_, 0)) {}
-
-TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
-  if (this != &other) {
-    Release();
-    path_ = std::move(other.path_);
-    width_ = other.width_;
-    fd_ = std::exchange(other.fd_, -1);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    tokens_ = std::exchange(other.tokens_, 0);
-  }
-  return *this;
-}
-
-void TokenFile::Release() noexcept {
-  if (data_ != nullptr) ::munmap(const_cast<void*>(data_), bytes_);
-  if (fd_ >= 0) ::close(fd_);
-  data_ = nullptr;
-  fd_ = -1;
-  bytes_ = 0;
-  tokens_ = 0;
+  tokens_ = static_cast<int64_t>(file_.size() / width_);
 }
 
 int64_t TokenFile::Token(int64_t i) const {
   if (i < 0 || i >= tokens_) {
-    throw std::out_of_range(path_ + ": token " + std::to_string(i) + " is outside its " +
+    throw std::out_of_range(path() + ": token " + std::to_string(i) + " is outside its " +
                             std::to_string(tokens_) + " tokens");
   }
-  return width_ == 2 ? static_cast<const uint16_t*>(data_)[i]
-                     : static_cast<const uint32_t*>(data_)[i];
+  const void* data = file_.data();
+  return width_ == 2 ? static_cast<const uint16_t*>(data)[i]
+                     : static_cast<const uint32_t*>(data)[i];
 }
 
 int64_t TokenFile::Copy(int64_t first, int64_t count, int64_t limit, int64_t* out) const {
   if (first < 0 || count < 0 || first > tokens_ - count) {
-    throw std::out_of_range(path_ + ": tokens [" + std::to_string(first) + ", " +
+    throw std::out_of_range(path() + ": tokens [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") are outside its " +
                             std::to_string(tokens_) + " tokens");
   }
-  return width_ == 2 ? CopyAs<uint16_t>(data_, first, count, limit, out)
-                     : CopyAs<uint32_t>(data_, first, count, limit, out);
+  return width_ == 2 ? CopyAs<uint16_t>(file_.data(), first, count, limit, out)
+                     : CopyAs<uint32_t>(file_.data(), first, count, limit, out);
 }
 
 TokenWindows::TokenWindows(std::string name, std::shared_ptr<const TokenFile> file,

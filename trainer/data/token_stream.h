@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "trainer/data/examples.h"
+#include "trainer/data/mapped_file.h"
 
 namespace elastic::trainer {
 
@@ -41,8 +42,8 @@ enum class TokenAccess {
   kSequential,  // evaluation reads the windows in order: normal readahead helps
 };
 
-// One file of tokens, mapped read-only. Move-only; unmaps and closes when it
-// goes away. Reading is const and safe from any number of threads.
+// One file of tokens, mapped read-only (mapped_file.h). Move-only; unmaps
+// when it goes away. Reading is const and safe from any number of threads.
 class TokenFile {
  public:
   // Maps `path`, whose tokens are `width` (2 or 4) bytes each. Throws
@@ -50,13 +51,8 @@ class TokenFile {
   // file, or one whose size is not a multiple of the width; and
   // std::invalid_argument for a width other than 2 or 4.
   TokenFile(std::string path, int width, TokenAccess access = TokenAccess::kRandom);
-  ~TokenFile();
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&& other) noexcept;
-  TokenFile(const TokenFile&) = delete;
-  TokenFile& operator=(const TokenFile&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
   int width() const { return width_; }
   int64_t size() const { return tokens_; }  // in tokens, at least 1
 
@@ -70,13 +66,8 @@ class TokenFile {
   int64_t Copy(int64_t first, int64_t count, int64_t limit, int64_t* out) const;
 
  private:
-  void Release() noexcept;
-
-  std::string path_;
-  int width_ = 2;
-  int fd_ = -1;
-  const void* data_ = nullptr;  // the mapping, bytes_ long
-  size_t bytes_ = 0;
+  int width_ = 2;  // before file_: a bad width is reported before the file is opened
+  MappedFile file_;
   int64_t tokens_ = 0;
 };
 
