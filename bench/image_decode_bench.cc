@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -81,23 +82,27 @@ class Pictures {
  public:
   explicit Pictures(const std::string& data_dir) {
     try {
-      const auto train = LoadCifar10(data_dir, Split::kTrain);
-      cifar_ = train->images().permute({0, 2, 3, 1}).contiguous();
+      cifar_ = LoadCifar10(data_dir, Split::kTrain);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "CIFAR-10 subset not used (%s); generating images\n", e.what());
     }
   }
-  const char* source() const { return cifar_.defined() ? "CIFAR-10 subset" : "generated"; }
+  const char* source() const { return cifar_ ? "CIFAR-10 subset" : "generated"; }
   std::vector<uint8_t> Get(int64_t i, int64_t side) const {
-    if (!cifar_.defined()) return testing::SmoothRgbImage(side, side, static_cast<int>(i));
+    if (!cifar_) return testing::SmoothRgbImage(side, side, static_cast<int>(i));
+    // The data set serves planes (CHW); the resize reads interleaved pixels (HWC).
+    const uint8_t* chw = cifar_->image(i % cifar_->size());
+    std::vector<uint8_t> hwc(32 * 32 * 3);
+    for (int p = 0; p < 32 * 32; ++p) {
+      for (int c = 0; c < 3; ++c) hwc[p * 3 + c] = chw[c * 32 * 32 + p];
+    }
     std::vector<uint8_t> out(side * side * 3);
-    ResizeBilinear(cifar_[i % cifar_.size(0)].data_ptr<uint8_t>(), 32, 32, 3, out.data(), side,
-                   side);
+    ResizeBilinear(hwc.data(), 32, 32, 3, out.data(), side, side);
     return out;
   }
 
  private:
-  torch::Tensor cifar_;  // uint8 [N, 32, 32, 3]
+  std::shared_ptr<const Dataset> cifar_;
 };
 
 // Writes the ImageFolder tree root/class_k/i.jpg; returns its files.

@@ -2,10 +2,9 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace elastic::trainer {
 namespace {
@@ -30,72 +29,69 @@ std::vector<std::string> Cifar10FileNames(Split split) {
   return names;
 }
 
-void ReadCifar10File(const std::string& path, std::vector<uint8_t>* pixels,
-                     std::vector<int64_t>* labels) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path + ": read error: " + std::strerror(errno));
-
-  const int64_t size = static_cast<int64_t>(bytes.size());
+Cifar10File::Cifar10File(const std::string& path) : file_(path) {
+  const auto size = static_cast<int64_t>(file_.size());
   if (size == 0) {
     throw std::runtime_error(path + ": empty file at byte offset 0; a CIFAR-10 batch holds " +
                              std::to_string(kCifar10RecordBytes) + "-byte records");
   }
-  const int64_t records = size / kCifar10RecordBytes;
+  records_ = size / kCifar10RecordBytes;
   if (size % kCifar10RecordBytes != 0) {
     // The last whole record ends at this offset; what follows is a partial record.
-    const int64_t offset = records * kCifar10RecordBytes;
+    const int64_t offset = records_ * kCifar10RecordBytes;
     throw std::runtime_error(
         path + ": truncated or corrupt: " + std::to_string(size) +
         " bytes is not a multiple of the " + std::to_string(kCifar10RecordBytes) +
         "-byte record; partial record at byte offset " + std::to_string(offset) + " (record " +
-        std::to_string(records) + ", " + std::to_string(size - offset) + " bytes)");
+        std::to_string(records_) + ", " + std::to_string(size - offset) + " bytes)");
   }
-  // Validate everything before appending, so a bad file leaves the outputs untouched.
-  for (int64_t r = 0; r < records; ++r) {
-    const int64_t offset = r * kCifar10RecordBytes;
-    const auto label = static_cast<uint8_t>(bytes[offset]);
+  for (int64_t r = 0; r < records_; ++r) {
+    const int64_t label = this->label(r);
     if (label >= kCifar10NumClasses) {
       throw std::runtime_error(path + ": corrupt record " + std::to_string(r) + " at byte offset " +
-                               std::to_string(offset) + ": label " + std::to_string(label) +
-                               " is not in 0..9");
+                               std::to_string(r * kCifar10RecordBytes) + ": label " +
+                               std::to_string(label) + " is not in 0..9");
     }
-  }
-  pixels->reserve(pixels->size() + records * kCifar10PixelBytes);
-  labels->reserve(labels->size() + records);
-  for (int64_t r = 0; r < records; ++r) {
-    const char* record = bytes.data() + r * kCifar10RecordBytes;
-    labels->push_back(static_cast<uint8_t>(record[0]));
-    pixels->insert(pixels->end(), reinterpret_cast<const uint8_t*>(record + 1),
-                   reinterpret_cast<const uint8_t*>(record + kCifar10RecordBytes));
   }
 }
 
+Cifar10Dataset::Cifar10Dataset(std::vector<Cifar10File> files) : files_(std::move(files)) {
+  if (files_.empty()) throw std::invalid_argument("Cifar10Dataset: no batch file");
+  int64_t end = 0;
+  for (const Cifar10File& file : files_) ends_.push_back(end += file.records());
+}
+
+Cifar10Dataset::Place Cifar10Dataset::Locate(int64_t i) const {
+  // Five files at most for the real data set: a binary search is a few comparisons.
+  const auto f = std::upper_bound(ends_.begin(), ends_.end(), i) - ends_.begin();
+  return {&files_[f], f == 0 ? i : i - ends_[f - 1]};
+}
+
+const uint8_t* Cifar10Dataset::image(int64_t i) const {
+  const Place place = Locate(i);
+  return place.file->pixels(place.record);
+}
+
+int64_t Cifar10Dataset::label(int64_t i) const {
+  const Place place = Locate(i);
+  return place.file->label(place.record);
+}
+
 std::shared_ptr<Dataset> LoadCifar10(const std::string& data_dir, Split split) {
-  std::vector<uint8_t> pixels;
-  std::vector<int64_t> labels;
-  std::vector<std::string> read;
+  std::vector<Cifar10File> files;
   for (const std::string& name : Cifar10FileNames(split)) {
     const std::string path = data_dir + "/" + name;
     if (!FileExists(path)) continue;
-    ReadCifar10File(path, &pixels, &labels);
-    read.push_back(name);
+    files.emplace_back(path);
   }
-  if (read.empty()) {
+  if (files.empty()) {
     const bool train = split == Split::kTrain;
     throw std::runtime_error(
         "no CIFAR-10 " + std::string(SplitName(split)) + " data in '" + data_dir + "': expected " +
         (train ? "data_batch_1.bin .. data_batch_5.bin (at least one)" : "test_batch.bin") +
         " in the CIFAR-10 binary format (leave --data-dir empty to download CIFAR-10)");
   }
-  const auto n = static_cast<int64_t>(labels.size());
-  torch::Tensor images = torch::empty({n, 3, 32, 32}, torch::kUInt8);
-  std::memcpy(images.data_ptr<uint8_t>(), pixels.data(), pixels.size());
-  torch::Tensor label_tensor = torch::empty({n}, torch::kInt64);
-  std::memcpy(label_tensor.data_ptr<int64_t>(), labels.data(), n * sizeof(int64_t));
-  return std::make_shared<InMemoryDataset>("cifar10", std::move(images), std::move(label_tensor),
-                                           Cifar10ClassNames(), kCifar10Normalization);
+  return std::make_shared<Cifar10Dataset>(std::move(files));
 }
 
 }  // namespace elastic::trainer

@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "trainer/data/dataset.h"
 #include "trainer/data/test_files.h"
@@ -40,30 +45,75 @@ TEST(Cifar10, GeneratedFilesRoundTrip) {
   ASSERT_EQ(train->size(), 8);
   EXPECT_EQ(train->num_classes(), 10);
   EXPECT_EQ(train->class_names().front(), "airplane");
-  EXPECT_EQ(train->images().sizes(), (std::vector<int64_t>{8, 3, 32, 32}));
-  EXPECT_EQ(train->images().scalar_type(), torch::kUInt8);
-  EXPECT_EQ(train->labels().scalar_type(), torch::kInt64);
 
+  // Samples 0..4 are data_batch_1's records, 5..7 data_batch_3's.
   const std::vector<int64_t> expected_labels = {0, 1, 2, 3, 4, 9, 8, 7};
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(train->labels()[i].item<int64_t>(), expected_labels[i]);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(train->label(i), expected_labels[i]);
 
   // Pixel p of a record is plane p / 1024, row (p % 1024) / 32, column p % 32.
-  const auto* pixels = train->images().data_ptr<uint8_t>();
   for (int i = 0; i < 8; ++i) {
     const int record = i < 5 ? i : i - 5;
     const int first = i < 5 ? 0 : 100;
+    const uint8_t* pixels = train->image(i);
     for (int p = 0; p < 3072; ++p) {
-      ASSERT_EQ(pixels[i * 3072 + p], CifarPixel(record, p, first)) << "sample " << i;
+      ASSERT_EQ(pixels[p], CifarPixel(record, p, first)) << "sample " << i;
     }
   }
-  // One spot check through tensor indexing: channel 2 (blue), row 5, column 7.
-  EXPECT_EQ(train->images()[6][2][5][7].item<uint8_t>(), CifarPixel(1, 2048 + 5 * 32 + 7, 100));
+  // Channel 2 (blue), row 5, column 7 of sample 6.
+  EXPECT_EQ(train->image(6)[2 * 1024 + 5 * 32 + 7], CifarPixel(1, 2048 + 5 * 32 + 7, 100));
 
   const auto test = LoadCifar10(dir.path(), Split::kTest);
   EXPECT_EQ(test->size(), 2);
-  EXPECT_EQ(test->labels()[1].item<int64_t>(), 4);
+  EXPECT_EQ(test->label(1), 4);
   EXPECT_FLOAT_EQ(test->normalization().mean[0], 0.4914f);
   EXPECT_FLOAT_EQ(test->normalization().std[2], 0.2616f);
+}
+
+// The path and the offset in it of the file mapping that holds `address`,
+// from /proc/self/maps; "" when no file mapping holds it.
+std::pair<std::string, int64_t> MappedAt(const void* address) {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // start-end perms offset dev inode path
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    const uintptr_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (a >= start && a < end) {
+      return {path, static_cast<int64_t>(a - start + std::stoull(offset, nullptr, 16))};
+    }
+  }
+  return {"", -1};
+}
+
+// Samples are read in place from the mapped files: no copy of the data in the process.
+TEST(Cifar10, SamplesAreReadFromTheMappedFiles) {
+  ScratchDir dir;
+  WriteFile(dir / "data_batch_1.bin", CifarRecords(3, {1}));
+  WriteFile(dir / "data_batch_2.bin", CifarRecords(4, {2}));
+  const auto train = LoadCifar10(dir.path(), Split::kTrain);
+  ASSERT_EQ(train->size(), 7);
+  EXPECT_EQ(MappedAt(train->image(0)), std::make_pair(dir / "data_batch_1.bin", int64_t{1}));
+  EXPECT_EQ(MappedAt(train->image(2)),
+            std::make_pair(dir / "data_batch_1.bin", 2 * kCifar10RecordBytes + 1));
+  EXPECT_EQ(MappedAt(train->image(3)), std::make_pair(dir / "data_batch_2.bin", int64_t{1}));
+  EXPECT_EQ(MappedAt(train->image(6)),
+            std::make_pair(dir / "data_batch_2.bin", 3 * kCifar10RecordBytes + 1));
+
+  // A byte written to the file (same size, so the mapping stays valid) is
+  // what the data set serves next: it holds no copy of its own.
+  {
+    std::fstream file(dir / "data_batch_2.bin", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(kCifar10RecordBytes + 1 + 100);
+    file.put(static_cast<char>(CifarPixel(1, 100) ^ 0xff));
+    file.seekp(2 * kCifar10RecordBytes);
+    file.put(7);
+  }
+  EXPECT_EQ(train->image(4)[100], CifarPixel(1, 100) ^ 0xff);
+  EXPECT_EQ(train->label(5), 7);
 }
 
 TEST(Cifar10, TruncatedFileNamesFileAndOffset) {
@@ -138,21 +188,24 @@ TEST(Cifar10, RealSubset) {
   EXPECT_EQ(test->size(), 1017);
 
   for (const auto& ds : {train, test}) {
-    EXPECT_GE(ds->labels().min().item<int64_t>(), 0);
-    EXPECT_LE(ds->labels().max().item<int64_t>(), 9);
-    // ~100 images per class: every class is there.
-    EXPECT_EQ(std::get<0>(at::_unique(ds->labels())).numel(), 10);
+    std::set<int64_t> classes;
+    for (int64_t i = 0; i < ds->size(); ++i) classes.insert(ds->label(i));
+    // ~100 images per class: every class is there, and nothing else.
+    EXPECT_EQ(classes, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   }
 
-  // Sample 0 is the first record of data_batch_1.bin, byte for byte.
+  // Sample 0 is the first record of data_batch_1.bin, byte for byte, and
+  // sample 1017 the first of data_batch_2.bin.
   const std::vector<uint8_t> raw = testing::ReadFile(dir + "/data_batch_1.bin");
-  EXPECT_EQ(train->labels()[0].item<int64_t>(), raw[0]);
-  const auto* pixels = train->images().data_ptr<uint8_t>();
-  EXPECT_TRUE(std::equal(pixels, pixels + 3072, raw.begin() + 1));
+  EXPECT_EQ(train->label(0), raw[0]);
+  EXPECT_TRUE(std::equal(train->image(0), train->image(0) + 3072, raw.begin() + 1));
+  const std::vector<uint8_t> raw2 = testing::ReadFile(dir + "/data_batch_2.bin");
+  EXPECT_EQ(train->label(1017), raw2[0]);
+  EXPECT_TRUE(std::equal(train->image(1017), train->image(1017) + 3072, raw2.begin() + 1));
 
   // A tenth of the training set has nearly the full set's statistics, which
   // checks the channel order (R, G, B) and the constants together.
-  const Normalization measured = MeasureNormalization(train->images());
+  const Normalization measured = MeasureNormalization(*train);
   for (int c = 0; c < 3; ++c) {
     EXPECT_NEAR(measured.mean[c], kCifar10Normalization.mean[c], 0.02) << "channel " << c;
     EXPECT_NEAR(measured.std[c], kCifar10Normalization.std[c], 0.02) << "channel " << c;

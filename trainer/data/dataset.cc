@@ -1,6 +1,7 @@
 #include "trainer/data/dataset.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -36,7 +37,9 @@ InMemoryDataset::InMemoryDataset(std::string name, torch::Tensor images, torch::
   images_ = images_.contiguous();
   labels_ = labels_.contiguous();
   size_ = images_.size(0);
-  const int64_t* label = labels_.data_ptr<int64_t>();
+  pixels_ = images_.data_ptr<uint8_t>();
+  label_data_ = labels_.data_ptr<int64_t>();
+  const int64_t* label = label_data_;
   for (int64_t i = 0; i < size_; ++i) {
     if (label[i] < 0 || label[i] >= static_cast<int64_t>(class_names_.size())) {
       fail("sample " + std::to_string(i) + " has label " + std::to_string(label[i]) +
@@ -48,32 +51,65 @@ InMemoryDataset::InMemoryDataset(std::string name, torch::Tensor images, torch::
   }
 }
 
+namespace {
+
+// Exact integer sums over images given one at a time: no float copy of the
+// whole data set, and no copy at all of a data set served from a mapping.
+class MomentSums {
+ public:
+  explicit MomentSums(int64_t plane) : plane_(plane) {}
+
+  void Add(const uint8_t* image) {
+    for (int c = 0; c < 3; ++c) {
+      const uint8_t* channel = image + c * plane_;
+      uint64_t sum = 0, sum_sq = 0;
+      for (int64_t j = 0; j < plane_; ++j) {
+        sum += channel[j];
+        sum_sq += uint64_t{channel[j]} * channel[j];
+      }
+      sum_[c] += sum;
+      sum_sq_[c] += sum_sq;
+    }
+    ++images_;
+  }
+
+  Normalization Result() const {
+    Normalization norm{};
+    const double count = static_cast<double>(images_ * plane_);
+    for (int c = 0; c < 3; ++c) {
+      const double mean = sum_[c] / count / 255.0;
+      const double var = sum_sq_[c] / count / (255.0 * 255.0) - mean * mean;
+      norm.mean[c] = static_cast<float>(mean);
+      norm.std[c] = static_cast<float>(std::sqrt(std::max(var, 0.0)));
+    }
+    return norm;
+  }
+
+ private:
+  int64_t plane_;
+  int64_t images_ = 0;
+  std::array<uint64_t, 3> sum_{};
+  std::array<uint64_t, 3> sum_sq_{};
+};
+
+}  // namespace
+
 Normalization MeasureNormalization(const torch::Tensor& images) {
   if (images.scalar_type() != torch::kUInt8 || images.dim() != 4 || images.size(1) != 3) {
     throw std::invalid_argument("MeasureNormalization: expected uint8 images [N, 3, H, W]");
   }
-  // Exact integer sums in one pass: no float copy of the whole data set.
   const torch::Tensor x = images.contiguous();
   const uint8_t* p = x.data_ptr<uint8_t>();
-  const int64_t n = x.size(0);
   const int64_t plane = x.size(2) * x.size(3);
-  Normalization norm{};
-  for (int c = 0; c < 3; ++c) {
-    uint64_t sum = 0, sum_sq = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* channel = p + (i * 3 + c) * plane;
-      for (int64_t j = 0; j < plane; ++j) {
-        sum += channel[j];
-        sum_sq += uint64_t{channel[j]} * channel[j];
-      }
-    }
-    const double count = static_cast<double>(n * plane);
-    const double mean = sum / count / 255.0;
-    const double var = sum_sq / count / (255.0 * 255.0) - mean * mean;
-    norm.mean[c] = static_cast<float>(mean);
-    norm.std[c] = static_cast<float>(std::sqrt(std::max(var, 0.0)));
-  }
-  return norm;
+  MomentSums sums(plane);
+  for (int64_t i = 0; i < x.size(0); ++i) sums.Add(p + i * 3 * plane);
+  return sums.Result();
+}
+
+Normalization MeasureNormalization(const Dataset& dataset) {
+  MomentSums sums(32 * 32);
+  for (int64_t i = 0; i < dataset.size(); ++i) sums.Add(dataset.image(i));
+  return sums.Result();
 }
 
 std::vector<std::string> DatasetNames() { return {"cifar10", "fashion-mnist"}; }

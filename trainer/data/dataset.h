@@ -1,6 +1,9 @@
 // Data sets for the trainer: every data set is a set of 3x32x32 uint8 images
-// held in memory with one int64 label each, behind one interface, so models,
-// loaders and the training loop never know which data set they are fed.
+// with one label each, behind one interface, so models, loaders and the
+// training loop never know which data set they are fed. The interface serves
+// one sample at a time, so a data set may keep its images where they are:
+// CIFAR-10 reads them from its mapped files (cifar10.h), Fashion-MNIST holds
+// its padded images in memory (InMemoryDataset).
 #pragma once
 
 #include <torch/types.h>
@@ -26,10 +29,12 @@ class Dataset {
 
   virtual std::string name() const = 0;
   virtual int64_t size() const = 0;
-  // uint8 [N, 3, 32, 32], contiguous, channels R, G, B.
-  virtual const torch::Tensor& images() const = 0;
-  // int64 [N], each in [0, num_classes()).
-  virtual const torch::Tensor& labels() const = 0;
+  // The 3 x 32 x 32 pixels of sample i (planes R, G, B, each row-major),
+  // valid as long as the data set lives. i must be in [0, size()): callers
+  // check indices once (Loader::Start), not once per pixel read.
+  virtual const uint8_t* image(int64_t i) const = 0;
+  // The label of sample i, in [0, num_classes()); i as for image().
+  virtual int64_t label(int64_t i) const = 0;
   virtual std::vector<std::string> class_names() const = 0;
   int64_t num_classes() const { return static_cast<int64_t>(class_names().size()); }
   // The same for both splits of a data set (the training split's statistics).
@@ -50,10 +55,14 @@ class InMemoryDataset : public Dataset {
 
   std::string name() const override { return name_; }
   int64_t size() const override { return size_; }
-  const torch::Tensor& images() const override { return images_; }
-  const torch::Tensor& labels() const override { return labels_; }
+  const uint8_t* image(int64_t i) const override { return pixels_ + i * 3 * 32 * 32; }
+  int64_t label(int64_t i) const override { return label_data_[i]; }
   std::vector<std::string> class_names() const override { return class_names_; }
   Normalization normalization() const override { return normalization_; }
+
+  // uint8 [N, 3, 32, 32], contiguous; int64 [N].
+  const torch::Tensor& images() const { return images_; }
+  const torch::Tensor& labels() const { return labels_; }
 
  private:
   std::string name_;
@@ -62,11 +71,15 @@ class InMemoryDataset : public Dataset {
   std::vector<std::string> class_names_;
   Normalization normalization_;
   int64_t size_;
+  const uint8_t* pixels_ = nullptr;      // images_'s data
+  const int64_t* label_data_ = nullptr;  // labels_'s data
 };
 
 // Measures the per-channel mean and standard deviation of `images` (uint8
 // [N, 3, H, W]) scaled to [0, 1]. Used to derive and check the constants.
 Normalization MeasureNormalization(const torch::Tensor& images);
+// The same over every image of a data set, one image at a time (no copy).
+Normalization MeasureNormalization(const Dataset& dataset);
 
 // CIFAR-10 in its binary format from data_dir: for kTrain every
 // data_batch_1.bin .. data_batch_5.bin that is present (at least one), for

@@ -118,7 +118,7 @@ TEST(Download, RightMd5IsUnpackedAndReused) {
             (std::vector<std::string>{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
                                       "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"}));
   EXPECT_EQ(LoadCifar10(data_dir, Split::kTrain)->size(), 1 + 2 + 3 + 4 + 5);
-  EXPECT_EQ(LoadCifar10(data_dir, Split::kTest)->labels()[1].item<int64_t>(), 7);
+  EXPECT_EQ(LoadCifar10(data_dir, Split::kTest)->label(1), 7);
   EXPECT_EQ(Listing(cache.path()),
             (std::vector<std::string>{".lock", "cifar-10-batches-bin", "cifar-10-binary.tar.gz"}));
 

@@ -63,9 +63,13 @@ TEST(FashionMnist, GeneratedFilesArePaddedAndReplicated) {
   EXPECT_EQ(ds->name(), "fashion-mnist");
   ASSERT_EQ(ds->size(), 3);
   EXPECT_EQ(ds->class_names()[9], "Ankle boot");
-  EXPECT_EQ(ds->labels()[0].item<int64_t>(), 9);
-  EXPECT_EQ(ds->labels()[2].item<int64_t>(), 4);
-  const torch::Tensor& images = ds->images();
+  EXPECT_EQ(ds->label(0), 9);
+  EXPECT_EQ(ds->label(2), 4);
+  // Padded from 28x28, Fashion-MNIST is held in memory: the whole tensors are there.
+  const auto in_memory = std::dynamic_pointer_cast<const InMemoryDataset>(ds);
+  ASSERT_NE(in_memory, nullptr);
+  const torch::Tensor& images = in_memory->images();
+  EXPECT_EQ(ds->image(1), images[1].data_ptr<uint8_t>());
   for (int i = 0; i < 3; ++i) {
     for (int y = 0; y < 32; ++y) {
       for (int x = 0; x < 32; ++x) {
@@ -141,21 +145,23 @@ TEST(FashionMnist, RealFilesLoad) {
   ASSERT_EQ(test->size(), 10000);
   EXPECT_EQ(train->num_classes(), 10);
   for (const auto& ds : {train, test}) {
-    EXPECT_EQ(ds->images().sizes(), (std::vector<int64_t>{ds->size(), 3, 32, 32}));
+    const auto in_memory = std::dynamic_pointer_cast<const InMemoryDataset>(ds);
+    ASSERT_NE(in_memory, nullptr);
+    EXPECT_EQ(in_memory->images().sizes(), (std::vector<int64_t>{ds->size(), 3, 32, 32}));
     // Fashion-MNIST is balanced: every class holds a tenth of each split.
-    const torch::Tensor counts = torch::bincount(ds->labels());
+    const torch::Tensor counts = torch::bincount(in_memory->labels());
     ASSERT_EQ(counts.numel(), 10);
     EXPECT_TRUE(counts.eq(ds->size() / 10).all().item<bool>()) << counts;
   }
   // The two-pixel frame is padding, and the three channels are one gray image.
-  const torch::Tensor& images = test->images();
+  const torch::Tensor& images = std::dynamic_pointer_cast<const InMemoryDataset>(test)->images();
   EXPECT_EQ(images.narrow(2, 0, 2).max().item<uint8_t>(), 0);
   EXPECT_EQ(images.narrow(3, 30, 2).max().item<uint8_t>(), 0);
   EXPECT_TRUE(images.select(1, 0).equal(images.select(1, 2)));
   EXPECT_GT(images.narrow(2, 2, 28).narrow(3, 2, 28).max().item<uint8_t>(), 200);
 
   // The normalisation constants are the training split's statistics.
-  const Normalization measured = MeasureNormalization(train->images());
+  const Normalization measured = MeasureNormalization(*train);
   for (int c = 0; c < 3; ++c) {
     EXPECT_NEAR(measured.mean[c], kFashionMnistNormalization.mean[c], 1e-3);
     EXPECT_NEAR(measured.std[c], kFashionMnistNormalization.std[c], 1e-3);

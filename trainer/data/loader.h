@@ -30,7 +30,7 @@ namespace elastic::trainer {
 // augmenting), targets its int64 labels.
 class ImageExamples : public Examples {
  public:
-  // Throws std::invalid_argument unless the images are contiguous uint8 [N, 3, 32, 32].
+  // Throws std::invalid_argument for a null data set.
   explicit ImageExamples(std::shared_ptr<const Dataset> dataset);
   std::string name() const override { return dataset_->name(); }
   int64_t size() const override { return dataset_->size(); }

@@ -19,7 +19,7 @@ namespace {
 
 constexpr Normalization kNorm = {{0.5f, 0.4f, 0.3f}, {0.25f, 0.2f, 0.1f}};
 
-// n random images with labels i % 10; counts how many batches read its pixels.
+// n random images with labels i % 10; counts how many images were read.
 class CountingDataset : public Dataset {
  public:
   explicit CountingDataset(int64_t n)
@@ -27,16 +27,17 @@ class CountingDataset : public Dataset {
         labels_(torch::arange(n, torch::kInt64).remainder(10)) {}
   std::string name() const override { return "random"; }
   int64_t size() const override { return images_.size(0); }
-  const torch::Tensor& images() const override {
+  const uint8_t* image(int64_t i) const override {
     ++reads_;
-    return images_;
+    return images_.data_ptr<uint8_t>() + i * 3 * 32 * 32;
   }
-  const torch::Tensor& labels() const override { return labels_; }
+  int64_t label(int64_t i) const override { return labels_.data_ptr<int64_t>()[i]; }
   std::vector<std::string> class_names() const override {
     return std::vector<std::string>(10, "c");
   }
   Normalization normalization() const override { return kNorm; }
   int reads() const { return reads_; }
+  const torch::Tensor& images() const { return images_; }
 
  private:
   torch::Tensor images_;
@@ -227,20 +228,20 @@ TEST(Loader, PrefetchIsBounded) {
   Loader loader(ds, {.batch_size = 10, .threads = 3, .prefetch = 4});
   const int before = ds->reads();
   loader.Start(Iota(1000), 0);
-  // Nobody consumes: the threads stop after building `prefetch` batches.
+  // Nobody consumes: the threads stop after building `prefetch` batches of 10 images.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ds->reads() - before < 4 && std::chrono::steady_clock::now() < deadline) {
+  while (ds->reads() - before < 40 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(ds->reads() - before, 4);
+  EXPECT_EQ(ds->reads() - before, 40);
   ASSERT_TRUE(loader.Next().has_value());  // one consumed frees one slot
   const auto deadline2 = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ds->reads() - before < 5 && std::chrono::steady_clock::now() < deadline2) {
+  while (ds->reads() - before < 50 && std::chrono::steady_clock::now() < deadline2) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(ds->reads() - before, 5);
+  EXPECT_EQ(ds->reads() - before, 50);
 }
 
 TEST(Loader, RestartAbandonsThePassAndBadInputIsRejected) {
