@@ -53,7 +53,8 @@ class GlooCommunicator : public Communicator {
     const std::string key_prefix =
         runtime::GenerationKey(membership.generation, "gloo/" + options.tag + "/");
     try {
-      context->Connect(store, key_prefix, device_, options.rendezvous_timeout, what);
+      context->Connect(store, key_prefix, device_, options.rendezvous_timeout, what,
+                       options.abandoned);
     } catch (const CollectiveError&) {
       throw;
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,11 @@ struct GlooOptions {
   // (collectives/gloo_pair_proof.h). Empty: no proof (unit tests without a
   // token); production always passes it.
   std::string token;
+  // Asked while the pairs connect: true once the generation is superseded, so
+  // that Create gives up (CollectiveAborted) at once rather than wait out the
+  // rendezvous timeout for a member that died after publishing its address.
+  // Empty: never.
+  std::function<bool()> abandoned;
 };
 
 class GlooCommunicatorFactory : public CommunicatorFactory {

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -115,6 +116,53 @@ int RunUntilPeerDies(const Args& args) {
   }
 }
 
+// Allreduces 64 MiB over and over with a 300 s operation timeout; a watcher
+// thread calls Abort() once the parent creates the abort file. Prints how long
+// after Abort() the pending operation failed, and exits 0 only if it failed
+// with CollectiveAborted (not by the timeout).
+int RunUntilAborted(const Args& args) {
+  auto store = OpenStore(args);
+  GlooOptions options;
+  options.default_timeout = seconds(300);
+  GlooCommunicatorFactory factory(*store, options);
+  const int rank = std::stoi(args.at("rank"));
+  auto comm = factory.Create({8, rank, std::stoi(args.at("world"))});
+  std::vector<float> data(std::stoul(args.count("floats") ? args.at("floats") : "16777216"), 1.0f);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> aborted_at_us{0};
+  std::thread watcher([&] {
+    while (!done && access(args.at("abort").c_str(), F_OK) != 0)
+      std::this_thread::sleep_for(milliseconds(5));
+    if (done) return;
+    aborted_at_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+            .count();
+    comm->Abort();
+  });
+  int code = 0;
+  for (int iteration = 0;; ++iteration) {
+    try {
+      comm->Allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kAverage);
+    } catch (const CollectiveAborted& e) {
+      const int64_t now =
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+              .count();
+      std::printf("rank %d: allreduce %d aborted %lld ms after Abort(): %s\n", rank, iteration,
+                  static_cast<long long>((now - aborted_at_us) / 1000), e.what());
+      break;
+    } catch (const CollectiveError& e) {
+      std::printf("rank %d: allreduce %d failed, not aborted: %s\n", rank, iteration, e.what());
+      code = aborted_at_us == 0 ? 0 : 4;
+      break;
+    }
+    if (iteration == 0) std::ofstream(args.at("ready") + std::to_string(rank)) << "ready";
+  }
+  std::fflush(stdout);
+  done = true;
+  watcher.join();
+  return code;
+}
+
 // Joins, waits for the go file, then expects its barrier to fail (rank 0 aborted).
 int RunIdlePeer(const Args& args) {
   auto store = OpenStore(args);
@@ -138,6 +186,7 @@ int RunChild(const std::string& role, const Args& args) {
     if (role == "rebuild") return RunRebuild(args);
     if (role == "until_peer_dies") return RunUntilPeerDies(args);
     if (role == "idle_peer") return RunIdlePeer(args);
+    if (role == "until_aborted") return RunUntilAborted(args);
     std::fprintf(stderr, "unknown child role %s\n", role.c_str());
     return 64;
   } catch (const std::exception& e) {
@@ -227,6 +276,40 @@ TEST_F(GlooCommunicatorTest, KillNineDuringLargeAllreduceFailsEverySurvivorPromp
                 static_cast<long long>(
                     std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at).count()));
   }
+}
+
+// A peer that is itself stuck (stopped, so it reads nothing) while the others
+// are mid-allreduce: their sends to it fill the socket and wait, their
+// receives from it wait. When the view changes every survivor aborts, and each
+// must leave its operation at once, whatever it waits on, never at the
+// operation's (300 s) timeout. Then the stuck peer is killed, as the spot
+// trace does, and the survivors' exits are checked.
+TEST_F(GlooCommunicatorTest, AbortEndsTheOperationWhateverItWaitsOnWhenAPeerIsStuck) {
+  const std::string ready = store_dir_ + "/ready_";
+  const std::string abort = store_dir_ + "/abort";
+  constexpr int kWorld = 4;
+  auto children = SpawnRanks("until_aborted", kWorld,
+                             {{"store", head_.spec()}, {"ready", ready}, {"abort", abort}});
+  const auto deadline = Clock::now() + seconds(300);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    while (access((ready + std::to_string(rank)).c_str(), F_OK) != 0) {
+      ASSERT_LT(Clock::now(), deadline) << "rank " << rank << " never completed an allreduce";
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+  children[kWorld - 1].Kill(SIGSTOP);
+  // Long enough for every survivor's sends to the stopped peer to fill its
+  // socket and for the ring to stall behind it.
+  std::this_thread::sleep_for(milliseconds(1500));
+  std::ofstream(abort) << "abort";
+  for (int rank = 0; rank < kWorld - 1; ++rank) {
+    auto status = children[rank].WaitFor(seconds(20));
+    ASSERT_TRUE(status.has_value())
+        << "rank " << rank << " still in its operation 20 s after Abort()";
+    EXPECT_TRUE(testing::ExitedCleanly(*status))
+        << "rank " << rank << " " << testing::DescribeStatus(*status);
+  }
+  children[kWorld - 1].Kill(SIGKILL);
 }
 
 // ---- in-process tests (two ranks as two threads of this process) -----------

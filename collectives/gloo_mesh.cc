@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -66,10 +67,16 @@ std::string RankList(const std::vector<int>& ranks) {
 // five times a pair's timeout for a connection (tcp::Pair::waitUntil), and
 // the rendezvous has one deadline, not one per pair. A closed pair ends
 // Gloo's wait; Connect then reports the timeout.
+// Closes the pair being connected when the deadline passes or the
+// rendezvous is abandoned, so that a blocking Pair::connect returns (with an
+// error) instead of waiting for a peer that will never dial.
 class ConnectWatchdog {
  public:
-  ConnectWatchdog(gloo::transport::Context& context, Clock::time_point deadline)
-      : context_(context), thread_([this, deadline] { Watch(deadline); }) {}
+  ConnectWatchdog(gloo::transport::Context& context, Clock::time_point deadline,
+                  std::function<bool()> abandoned)
+      : context_(context),
+        abandoned_(std::move(abandoned)),
+        thread_([this, deadline] { Watch(deadline); }) {}
   ~ConnectWatchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -79,18 +86,33 @@ class ConnectWatchdog {
     thread_.join();
   }
 
-  // Call before connecting the pair with `peer`; true when the deadline has
-  // passed (then do not connect).
+  // Call before connecting the pair with `peer`; true when the watchdog has
+  // fired (then do not connect).
   bool Begin(int peer) {
     current_.store(peer);
     return fired_.load();
   }
   bool fired() const { return fired_.load(); }
+  // Fired because the rendezvous was abandoned, not at the deadline.
+  bool abandoned() const { return was_abandoned_.load(); }
 
  private:
+  // How often `abandoned_` is asked: far below the heartbeat timeout that
+  // bounds how long a member may stay in a superseded generation.
+  static constexpr std::chrono::milliseconds kPoll{20};
+
   void Watch(Clock::time_point deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (wake_.wait_until(lock, deadline, [this] { return done_; })) return;
+    while (true) {
+      const Clock::time_point until =
+          abandoned_ ? std::min(deadline, Clock::now() + kPoll) : deadline;
+      if (wake_.wait_until(lock, until, [this] { return done_; })) return;
+      if (abandoned_ && abandoned_()) {
+        was_abandoned_.store(true);
+        break;
+      }
+      if (Clock::now() >= deadline) break;
+    }
     // Set first: a Begin that follows sees it; one that came before left its
     // peer in current_.
     fired_.store(true);
@@ -99,10 +121,12 @@ class ConnectWatchdog {
   }
 
   gloo::transport::Context& context_;
+  const std::function<bool()> abandoned_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool done_ = false;
   std::atomic<bool> fired_{false};
+  std::atomic<bool> was_abandoned_{false};
   std::atomic<int> current_{-1};
   std::thread thread_;  // last: starts once the members above exist
 };
@@ -168,7 +192,8 @@ std::string GlooMeshContext::DescribePeer(int peer) const {
 
 void GlooMeshContext::Connect(runtime::KeyValueStore& store, const std::string& key_prefix,
                               const std::shared_ptr<gloo::transport::Device>& device,
-                              std::chrono::milliseconds timeout, const std::string& what) {
+                              std::chrono::milliseconds timeout, const std::string& what,
+                              const std::function<bool()>& abandoned) {
   const auto deadline = Clock::now() + timeout;
   auto transport = device->createContext(rank, size);
   transport->setTimeout(timeout);
@@ -230,7 +255,7 @@ void GlooMeshContext::Connect(runtime::KeyValueStore& store, const std::string& 
   std::vector<int> order = dialling;
   order.insert(order.end(), accepting.begin(), accepting.end());
   {
-    ConnectWatchdog watchdog(*transport, deadline);
+    ConnectWatchdog watchdog(*transport, deadline, abandoned);
     for (size_t i = 0; i < order.size(); ++i) {
       const int peer = order[i];
       if (!watchdog.Begin(peer)) {
@@ -247,6 +272,12 @@ void GlooMeshContext::Connect(runtime::KeyValueStore& store, const std::string& 
       if (watchdog.fired()) {
         std::vector<int> unconnected(order.begin() + static_cast<std::ptrdiff_t>(i), order.end());
         std::sort(unconnected.begin(), unconnected.end());
+        if (watchdog.abandoned()) {
+          throw CollectiveAborted(what +
+                                  ": abandoned for a newer generation while the pairs with " +
+                                  "rank(s) " + RankList(unconnected) + " were connecting (first " +
+                                  "waiting on " + DescribePeer(peer) + ")");
+        }
         throw CollectiveTimeout(what + ": the pairs with rank(s) " + RankList(unconnected) +
                                 " did not connect within " + std::to_string(timeout.count()) +
                                 " ms (first waiting on " + DescribePeer(peer) + ")");

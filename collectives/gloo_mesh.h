@@ -81,9 +81,17 @@ class GlooMeshContext : public gloo::Context {
   // deadline for the whole rendezvous), and CollectiveError naming the rank
   // whose address is malformed or whose pair failed to connect. `what`
   // prefixes every error ("gloo rendezvous of generation 7").
+  //
+  // `abandoned` (when given) is asked every few milliseconds while pairs
+  // connect: once it returns true (a newer generation exists, so a peer that
+  // has not connected yet may never come) the connecting stops and Connect
+  // throws CollectiveAborted, instead of waiting out `timeout` for a member
+  // that died after it published its address. (Waits on the store are the
+  // store's to cut short: elastic's SupersededStore.)
   void Connect(runtime::KeyValueStore& store, const std::string& key_prefix,
                const std::shared_ptr<gloo::transport::Device>& device,
-               std::chrono::milliseconds timeout, const std::string& what);
+               std::chrono::milliseconds timeout, const std::string& what,
+               const std::function<bool()>& abandoned = {});
 
   // "rank 2 (gloo address 10.0.0.7:41234)": the address rank `peer`
   // published for its pair with this rank, once Connect has read it.

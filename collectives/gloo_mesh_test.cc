@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -229,6 +230,43 @@ TEST(GlooMeshTest, AMalformedAddressIsRefusedNamingItsRank) {
   EXPECT_FALSE(outcomes[0].timeout);
   EXPECT_NE(outcomes[0].error.find("rank 1 published a malformed gloo address"), std::string::npos)
       << outcomes[0].error;
+}
+
+// Rank 3 of 4 publishes a real address and dies before anyone connects to it:
+// a member that waits for it to dial would wait out the rendezvous timeout
+// (here 120 s). A newer generation exists 300 ms in (the head saw the death),
+// and every survivor gives the rendezvous up within a few polls of that,
+// CollectiveAborted naming the abandoned pairs, instead of waiting.
+TEST(GlooMeshTest, ARendezvousWaitingForADeadMemberIsAbandonedForANewerGeneration) {
+  runtime::Head head(runtime::HeadOptions{});
+  auto clients = Clients(head, 4);
+  constexpr uint64_t kGeneration = 40;
+  DyingMember victim(*clients[3], kGeneration, 3, 4);
+  victim.Die();
+  std::atomic<bool> superseded{false};
+  GlooOptions options = WithToken(seconds(120));
+  options.abandoned = [&] { return superseded.load(); };
+  std::thread newer([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    superseded = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto outcomes = RunGeneration(clients, kGeneration, 4, {0, 1, 2}, options);
+  const auto took = std::chrono::steady_clock::now() - start;
+  newer.join();
+  int abandoned = 0;
+  for (int rank : {0, 1, 2}) {
+    const Outcome& outcome = outcomes[static_cast<size_t>(rank)];
+    EXPECT_FALSE(outcome.sum.has_value()) << "rank " << rank << " formed a world with a dead peer";
+    EXPECT_FALSE(outcome.timeout) << "rank " << rank
+                                  << " waited out the rendezvous: " << outcome.error;
+    if (outcome.error.find("abandoned for a newer generation") != std::string::npos) ++abandoned;
+    std::printf("rank %d: %s\n", rank, outcome.error.c_str());
+  }
+  EXPECT_GT(abandoned, 0) << "no survivor was waiting for the dead member to dial";
+  // 120 s is the timeout the abandonment replaces; 30 s leaves a loaded
+  // 2-core machine ample room for the 300 ms and the polls.
+  EXPECT_LT(took, seconds(30));
 }
 
 // Rank 3 of 6 publishes a real address and dies: before anyone dials it, or

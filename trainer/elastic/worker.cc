@@ -516,11 +516,14 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
   gloo.default_timeout = timeouts.collective;
   gloo.rendezvous_timeout = timeouts.rendezvous;
   // The rendezvous gives up as soon as a newer generation exists (a member
-  // died before it wrote its key): the survivors go to that one at once.
-  SupersededStore store(*client_, [this] {
+  // died before it wrote its key, or before its pairs connected): the
+  // survivors go to that one at once.
+  const auto superseded = [this] {
     std::lock_guard<std::mutex> lock(mutex_);
     return newest_generation_ > generation_;
-  });
+  };
+  gloo.abandoned = superseded;
+  SupersededStore store(*client_, superseded);
   collectives::GlooCommunicatorFactory factory(store, gloo);
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Communicator> nccl;
