@@ -50,7 +50,7 @@ std::string HomeDir() {
     return pw->pw_dir;
   }
   throw std::runtime_error(
-      "cannot find the home directory for the CIFAR-10 cache; set ELASTIC_CACHE");
+      "cannot find the home directory for the cache (~/.cache/elastic); set ELASTIC_CACHE");
 }
 
 // Serialises EnsureCifar10 across the processes of one machine (every worker
@@ -147,12 +147,14 @@ void RemoveLeftovers(const std::string& cache_dir) {
 
 }  // namespace
 
-std::string CifarCacheDir() {
+std::string ElasticCacheDir() {
   if (const char* cache = std::getenv("ELASTIC_CACHE"); cache != nullptr && *cache != '\0') {
-    return std::string(cache) + "/cifar10";
+    return cache;
   }
-  return HomeDir() + "/.cache/elastic/cifar10";
+  return HomeDir() + "/.cache/elastic";
 }
+
+std::string CifarCacheDir() { return ElasticCacheDir() + "/cifar10"; }
 
 std::string Md5OfFile(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);

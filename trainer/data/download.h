@@ -18,7 +18,10 @@ struct DownloadSource {
   std::string md5 = kCifar10Md5;  // lower-case hex
 };
 
-// $ELASTIC_CACHE/cifar10 when ELASTIC_CACHE is set, else ~/.cache/elastic/cifar10.
+// $ELASTIC_CACHE when it is set, else ~/.cache/elastic: the root of every cache.
+std::string ElasticCacheDir();
+
+// ElasticCacheDir()/cifar10.
 std::string CifarCacheDir();
 
 // Returns a directory holding data_batch_1..5.bin and test_batch.bin under

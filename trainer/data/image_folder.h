@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trainer/data/examples.h"
+#include "trainer/data/image_index.h"
 #include "trainer/data/pixels.h"
 
 namespace elastic::trainer {
@@ -32,6 +33,46 @@ struct ImageFolderSplit {
   std::vector<SkippedFile> unreadable;   // .jpg/.jpeg/.png files that are not readable images
   std::vector<std::string> ignored;      // files with any other extension
 };
+
+// Lists the image folder `dir`: `dir`/train/, then `dir`/test/ (or `dir`/val/
+// when there is no test/), each in ScanImageFolder's order, with every
+// image's size; paths relative to `dir`. Reads directories and sizes, no image. Throws
+// std::runtime_error, naming the folder, when `dir` or a split is missing, a split has no class
+// folders, or a class folder has no .jpg, .jpeg or .png file.
+FolderListing ListImageFolder(const std::string& dir);
+
+// Reads the header of the image at `path` (ProbeImage): "" when it is a
+// readable JPEG or PNG, otherwise why not. Counted (ImageFolderCounters).
+std::string ProbeImageHeader(const std::string& path);
+
+// The readable images of split `split` of `index`, paths under `dir`.
+std::vector<ImageFile> ReadableImages(const std::string& dir, const ImageIndex& index,
+                                      size_t split);
+
+// Throws std::runtime_error naming the first class folder of `index` (of the
+// folder `dir`) that has no readable image.
+void CheckEveryClassReadable(const std::string& dir, const ImageIndex& index);
+
+// What this process did to image folders since it started: a process that
+// read its job's index (image_folder_index.h) lists, probes and decodes
+// nothing at start. Tests read them, rather than log lines or timing.
+struct ImageFolderCounters {
+  int64_t folders_listed = 0;      // ListImageFolder calls
+  int64_t headers_probed = 0;      // ProbeImageHeader calls
+  int64_t statistics_decodes = 0;  // images decoded to measure a normalisation
+  int64_t indexes_built = 0;       // indexes this process built (or re-built)
+};
+
+ImageFolderCounters ImageFolderCountersNow();
+
+// Counts a built index (image_folder_index.cc).
+void CountIndexBuilt();
+
+// When the environment variable ELASTIC_IMAGE_FOLDER_COUNTERS names a
+// directory, writes ImageFolderCountersNow() and how the index was obtained
+// to DIR/<pid>.json (atomically): the multi-process tests' window into each
+// worker. Called by LoadImageFolder; does nothing without the variable.
+void WriteImageFolderCountersForTests(const std::string& index_source);
 
 // Lists `split_dir` as torchvision's ImageFolder does: every sub-folder is a
 // class, classes sorted by name; a class's images are the files below its

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainer/data/examples.h"
+#include "trainer/data/image_folder_index.h"
 
 namespace elastic::trainer {
 
@@ -29,14 +30,20 @@ struct UserData {
   float pixel_scale = 1.0f / 255;
   std::vector<float> mean;
   std::vector<float> std;
+  // image-folder: the key of the index the files came from
+  // (image_folder_index.h); a job's driver pins its workers to it. Else empty.
+  std::string index_key;
 };
 
 // `dir`/train/ and `dir`/test/ (or `dir`/val/ when there is no test/), one
 // folder of .jpg/.jpeg/.png files per class, every image resized to
 // image_size x image_size RGB and decoded on the fly by the loader threads.
-// Throws std::runtime_error naming the folder or file and the problem.
-// Defined in image_folder.cc.
-UserData LoadImageFolder(const std::string& dir, int64_t image_size);
+// The listing, the labels, the header checks and the normalisation come from
+// the folder's index, built by the first process that needs it
+// (ObtainImageIndex, `options`). Throws std::runtime_error naming the folder
+// or file and the problem. Defined in image_folder.cc.
+UserData LoadImageFolder(const std::string& dir, int64_t image_size,
+                         const ImageIndexOptions& options = {});
 
 // `dir`/train_x.npy, train_y.npy, test_x.npy and test_y.npy: uint8 or float32
 // images (N, C, H, W), (N, H, W, C) or (N, H, W), integer labels (N,).

@@ -1,0 +1,360 @@
+#include "trainer/data/image_index.h"
+
+#include <openssl/evp.h>
+
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+
+namespace elastic::trainer {
+namespace {
+
+// "ELIMGIDX" and the format's version: a reader of another version rebuilds.
+constexpr char kMagic[8] = {'E', 'L', 'I', 'M', 'G', 'I', 'D', 'X'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kDigestBytes = 32;  // SHA-256
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 4 + 8 + kDigestBytes;
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) {
+      throw std::runtime_error("OpenSSL: cannot start a SHA-256 digest");
+    }
+  }
+  void Add(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
+  void Add(uint64_t v) {
+    unsigned char bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(v >> (8 * i));
+    Add(bytes, 8);
+  }
+  // Length-prefixed, so that no two different lists of strings hash alike.
+  void Add(const std::string& s) {
+    Add(static_cast<uint64_t>(s.size()));
+    Add(s.data(), s.size());
+  }
+  std::string Finish() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_.get(), digest, &n);
+    return std::string(reinterpret_cast<const char*>(digest), n);
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  void U32(uint32_t v) { Bytes(&v, 4); }  // little-endian hosts only (x86-64, aarch64)
+  void U64(uint64_t v) { Bytes(&v, 8); }
+  void F32(float v) { Bytes(&v, 4); }
+  void Str(const std::string& s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void Bytes(const void* data, size_t n) { out_.append(static_cast<const char*>(data), n); }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Reads the body; every read is bounds-checked, so a damaged length throws
+// instead of reading past the end or allocating wildly.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+
+  uint32_t U32() {
+    uint32_t v;
+    std::memcpy(&v, Take(4, "a number"), 4);
+    return v;
+  }
+  uint64_t U64() {
+    uint64_t v;
+    std::memcpy(&v, Take(8, "a number"), 8);
+    return v;
+  }
+  float F32() {
+    float v;
+    std::memcpy(&v, Take(4, "a number"), 4);
+    return v;
+  }
+  std::string Str() {
+    const uint32_t n = U32();
+    return std::string(Take(n, "a string"), n);
+  }
+  // A count of items of at least `min_bytes` each: one that the rest of the
+  // file cannot hold is damage, refused before anything is reserved.
+  uint64_t Count(size_t min_bytes) {
+    const uint64_t n = U64();
+    if (n > (bytes_.size() - at_) / min_bytes) {
+      throw IndexFormatError("damaged: a count of " + std::to_string(n) + " at byte " +
+                             std::to_string(kHeaderBytes + at_ - 8) + " exceeds the file");
+    }
+    return n;
+  }
+  bool done() const { return at_ == bytes_.size(); }
+  size_t at() const { return at_; }
+
+ private:
+  const char* Take(size_t n, const char* what) {
+    if (n > bytes_.size() - at_) {
+      throw IndexFormatError("damaged: " + std::string(what) + " at byte " +
+                             std::to_string(kHeaderBytes + at_) + " runs past the end");
+    }
+    const char* p = bytes_.data() + at_;
+    at_ += n;
+    return p;
+  }
+
+  std::string_view bytes_;
+  size_t at_ = 0;
+};
+
+// Every file of a listing by path: its size (0 for an ignored file).
+std::unordered_map<std::string_view, uint64_t> SizesByPath(const FolderListing& listing) {
+  std::unordered_map<std::string_view, uint64_t> sizes;
+  for (const ListedSplit& split : listing.splits) {
+    for (const ListedImage& image : split.images) sizes.emplace(image.path, image.size);
+    for (const std::string& path : split.ignored) sizes.emplace(path, 0);
+  }
+  return sizes;
+}
+
+// The readable training images, as (path, size), in order.
+std::vector<std::pair<std::string_view, uint64_t>> ReadableTrainingImages(const ImageIndex& index) {
+  std::vector<std::pair<std::string_view, uint64_t>> out;
+  if (index.listing.splits.empty()) return out;
+  const ListedSplit& train = index.listing.splits[0];
+  for (size_t i = 0; i < train.images.size(); ++i) {
+    if (index.unreadable[0][i].empty())
+      out.emplace_back(train.images[i].path, train.images[i].size);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ListingKey(const FolderListing& listing) {
+  Sha256 sha;
+  sha.Add(static_cast<uint64_t>(listing.splits.size()));
+  for (const ListedSplit& split : listing.splits) {
+    sha.Add(split.name);
+    sha.Add(static_cast<uint64_t>(split.class_names.size()));
+    for (const std::string& name : split.class_names) sha.Add(name);
+    sha.Add(static_cast<uint64_t>(split.images.size()));
+    for (const ListedImage& image : split.images) {
+      sha.Add(image.path);
+      sha.Add(image.size);
+      sha.Add(static_cast<uint64_t>(image.label));
+    }
+    sha.Add(static_cast<uint64_t>(split.ignored.size()));
+    for (const std::string& path : split.ignored) sha.Add(path);
+  }
+  return Hex(sha.Finish().substr(0, 16));
+}
+
+ListingChange DiffListings(const FolderListing& before, const FolderListing& after) {
+  const auto old_sizes = SizesByPath(before);
+  const auto new_sizes = SizesByPath(after);
+  ListingChange change;
+  for (const auto& [path, size] : new_sizes) {
+    const auto it = old_sizes.find(path);
+    if (it == old_sizes.end()) {
+      ++change.added;
+    } else if (it->second != size) {
+      ++change.resized;
+    }
+  }
+  for (const auto& entry : old_sizes) change.removed += new_sizes.count(entry.first) == 0;
+  return change;
+}
+
+std::string Describe(const ListingChange& change) {
+  return std::to_string(change.added) + (change.added == 1 ? " file" : " files") + " added, " +
+         std::to_string(change.removed) + " removed, " + std::to_string(change.resized) +
+         " changed in size";
+}
+
+const ChannelStatistics* ImageIndex::StatisticsFor(int64_t image_size) const {
+  for (const ChannelStatistics& s : statistics) {
+    if (s.image_size == image_size) return &s;
+  }
+  return nullptr;
+}
+
+void ImageIndex::SetStatistics(ChannelStatistics stats) {
+  for (ChannelStatistics& s : statistics) {
+    if (s.image_size == stats.image_size) {
+      s = std::move(stats);
+      return;
+    }
+  }
+  statistics.push_back(std::move(stats));
+}
+
+ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous,
+                        const HeaderProbe& probe) {
+  // What the older index knows: path -> (size, verdict).
+  std::unordered_map<std::string_view, std::pair<uint64_t, const std::string*>> known;
+  if (previous != nullptr) {
+    for (size_t s = 0; s < previous->listing.splits.size(); ++s) {
+      const ListedSplit& split = previous->listing.splits[s];
+      for (size_t i = 0; i < split.images.size(); ++i) {
+        known.emplace(split.images[i].path,
+                      std::make_pair(split.images[i].size, &previous->unreadable[s][i]));
+      }
+    }
+  }
+  ImageIndex index;
+  index.key = ListingKey(listing);
+  index.unreadable.resize(listing.splits.size());
+  for (size_t s = 0; s < listing.splits.size(); ++s) {
+    const std::vector<ListedImage>& images = listing.splits[s].images;
+    index.unreadable[s].reserve(images.size());
+    for (const ListedImage& image : images) {
+      const auto it = known.find(image.path);
+      if (it != known.end() && it->second.first == image.size) {
+        index.unreadable[s].push_back(*it->second.second);
+      } else {
+        index.unreadable[s].push_back(probe(image.path));
+      }
+    }
+  }
+  index.listing = std::move(listing);
+  if (previous != nullptr && ReadableTrainingImages(*previous) == ReadableTrainingImages(index)) {
+    index.statistics = previous->statistics;
+  }
+  return index;
+}
+
+std::string EncodeIndex(const ImageIndex& index) {
+  Writer body;
+  body.Str(index.key);
+  body.U64(index.listing.splits.size());
+  for (size_t s = 0; s < index.listing.splits.size(); ++s) {
+    const ListedSplit& split = index.listing.splits[s];
+    body.Str(split.name);
+    body.U64(split.class_names.size());
+    for (const std::string& name : split.class_names) body.Str(name);
+    body.U64(split.images.size());
+    for (size_t i = 0; i < split.images.size(); ++i) {
+      body.Str(split.images[i].path);
+      body.U64(split.images[i].size);
+      body.U64(static_cast<uint64_t>(split.images[i].label));
+      body.Str(index.unreadable[s][i]);
+    }
+    body.U64(split.ignored.size());
+    for (const std::string& path : split.ignored) body.Str(path);
+  }
+  body.U64(index.statistics.size());
+  for (const ChannelStatistics& stats : index.statistics) {
+    body.U64(static_cast<uint64_t>(stats.image_size));
+    body.U64(stats.mean.size());
+    for (size_t c = 0; c < stats.mean.size(); ++c) {
+      body.F32(stats.mean[c]);
+      body.F32(stats.std[c]);
+    }
+  }
+  Sha256 sha;
+  sha.Add(body.out().data(), body.out().size());
+  Writer file;
+  file.Bytes(kMagic, sizeof(kMagic));
+  file.U32(kVersion);
+  file.U64(body.out().size());
+  file.Bytes(sha.Finish().data(), kDigestBytes);
+  file.out().append(body.out());
+  return std::move(file.out());
+}
+
+ImageIndex DecodeIndex(std::string_view bytes) {
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    throw IndexFormatError("not an image-folder index (no ELIMGIDX magic at its start)");
+  }
+  if (bytes.size() < kHeaderBytes) {
+    throw IndexFormatError("truncated: " + std::to_string(bytes.size()) +
+                           " bytes, shorter than the " + std::to_string(kHeaderBytes) +
+                           "-byte header");
+  }
+  Reader header(bytes.substr(sizeof(kMagic), kHeaderBytes - sizeof(kMagic)));
+  const uint32_t version = header.U32();
+  if (version != kVersion) {
+    throw IndexFormatError("version " + std::to_string(version) + ", this program reads version " +
+                           std::to_string(kVersion));
+  }
+  const uint64_t body_bytes = header.U64();
+  const std::string_view body = bytes.substr(kHeaderBytes);
+  if (body.size() != body_bytes) {
+    throw IndexFormatError((body.size() < body_bytes ? "truncated: " : "damaged: ") +
+                           std::to_string(body.size()) + " bytes after the header, which says " +
+                           std::to_string(body_bytes));
+  }
+  Sha256 sha;
+  sha.Add(body.data(), body.size());
+  if (sha.Finish() != std::string(bytes.data() + kHeaderBytes - kDigestBytes, kDigestBytes)) {
+    throw IndexFormatError("damaged: its SHA-256 does not match its contents");
+  }
+
+  Reader in(body);
+  ImageIndex index;
+  index.key = in.Str();
+  const uint64_t splits = in.Count(4 + 8 + 8 + 8);
+  for (uint64_t s = 0; s < splits; ++s) {
+    ListedSplit split;
+    split.name = in.Str();
+    const uint64_t classes = in.Count(4);
+    for (uint64_t k = 0; k < classes; ++k) split.class_names.push_back(in.Str());
+    const uint64_t images = in.Count(4 + 8 + 8 + 4);
+    split.images.reserve(images);
+    std::vector<std::string> unreadable;
+    unreadable.reserve(images);
+    for (uint64_t i = 0; i < images; ++i) {
+      ListedImage image;
+      image.path = in.Str();
+      image.size = in.U64();
+      const uint64_t label = in.U64();
+      if (label >= classes) {
+        throw IndexFormatError("damaged: " + image.path + " has label " + std::to_string(label) +
+                               " of " + std::to_string(classes) + " classes");
+      }
+      image.label = static_cast<int64_t>(label);
+      split.images.push_back(std::move(image));
+      unreadable.push_back(in.Str());
+    }
+    const uint64_t ignored = in.Count(4);
+    for (uint64_t i = 0; i < ignored; ++i) split.ignored.push_back(in.Str());
+    index.listing.splits.push_back(std::move(split));
+    index.unreadable.push_back(std::move(unreadable));
+  }
+  const uint64_t statistics = in.Count(8 + 8);
+  for (uint64_t k = 0; k < statistics; ++k) {
+    ChannelStatistics stats;
+    stats.image_size = static_cast<int64_t>(in.U64());
+    const uint64_t channels = in.Count(8);
+    for (uint64_t c = 0; c < channels; ++c) {
+      stats.mean.push_back(in.F32());
+      stats.std.push_back(in.F32());
+    }
+    index.statistics.push_back(std::move(stats));
+  }
+  if (!in.done()) {
+    throw IndexFormatError("damaged: " + std::to_string(body.size() - in.at()) +
+                           " bytes after the last entry");
+  }
+  return index;
+}
+
+}  // namespace elastic::trainer
