@@ -84,7 +84,8 @@ int RunMpiRank(TrainOptions options, const Program& program) {
 
 // The elastic processes' view of the program. A driver with local workers
 // builds the task once here: a bad --data-dir is one error, not one per
-// worker, and a download happens once.
+// worker, a download happens once, and an image folder is indexed once (the
+// task's job_flags pin every worker and joiner to that index).
 int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOptions& options,
                   const std::vector<std::string>& args, const Program& program) {
   trainer::JobProgram job;
@@ -96,17 +97,21 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
                                            : program.controller_metric;
   const bool driver_with_workers = elastic_options.role != "worker" &&
                                    elastic_options.join.empty() && !elastic_options.controller_only;
+  std::vector<std::string> job_args = args;
   if (driver_with_workers) {
     try {
       const trainer::Task task = program.make_task(options);
       task.Check();
       job.metric = trainer::MetricLabelOf(task);
+      // What the task learnt once (an image folder's index) travels with the
+      // job's flags to every worker and joiner.
+      job_args.insert(job_args.end(), task.job_flags.begin(), task.job_flags.end());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
       return trainer::kExitError;
     }
   }
-  return trainer::RunElastic(elastic_options, options, args, job);
+  return trainer::RunElastic(elastic_options, options, job_args, job);
 }
 
 }  // namespace

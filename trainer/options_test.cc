@@ -111,6 +111,15 @@ TEST(FlagsTest, UserDataNeedsItsDirectoryAndImageSizeItsDataSet) {
             std::string::npos);
   EXPECT_EQ(ParseError({"--dataset=image-folder", "--data-dir=d", "--image-size=64"}), "");
   EXPECT_NE(ParseError({"--dataset=imagenet"}).find("imagenet"), std::string::npos);
+  EXPECT_NE(
+      ParseError({"--image-index=0123"}).find("--image-index applies to --dataset=image-folder"),
+      std::string::npos);
+  EXPECT_NE(ParseError({"--image-index-dir=/tmp"})
+                .find("--image-index-dir applies to --dataset=image-folder"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--dataset=image-folder", "--data-dir=d", "--image-index=0123",
+                        "--image-index-dir=/tmp"}),
+            "");
 }
 
 TEST(FlagsTest, RejectsUnknownModelAndListsKnownOnes) {

@@ -33,6 +33,15 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
            "at most the model's position table.");
   f.AddInt("image-size", &o.image_size,
            "image-folder: every image is resized to this many pixels square.");
+  f.AddString("image-index-dir", &o.image_index_dir,
+              "image-folder: where the folder's index is kept (its listing, labels, header checks "
+              "and normalisation, built once per job and read by every other process); empty: "
+              "beside the data (DIR/.elastic-image-index) when that directory is writable, else "
+              "in the cache ($ELASTIC_CACHE or ~/.cache/elastic, image-index/).");
+  f.AddString("image-index", &o.image_index,
+              "image-folder: the key of the index every process of the job reads instead of "
+              "listing and probing the folder. The driver sets it for its workers and joiners "
+              "once it has indexed the folder; empty: list the folder and index what is there.");
   f.AddInt("train-samples", &o.train_samples,
            "Train on the first N training images only; 0: all of them.");
   f.AddInt("test-samples", &o.test_samples,
@@ -177,6 +186,10 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   Require(o.image_size >= 8 && o.image_size <= 4096, "image-size",
           "must be in [8, 4096], got " + Show(o.image_size));
   Require(o.image_size == 32 || o.dataset == "image-folder", "image-size",
+          "applies to --dataset=image-folder only");
+  Require(o.image_index.empty() || o.dataset == "image-folder", "image-index",
+          "applies to --dataset=image-folder only");
+  Require(o.image_index_dir.empty() || o.dataset == "image-folder", "image-index-dir",
           "applies to --dataset=image-folder only");
   Require(!o.data_dir.empty() || o.list_models ||
               (o.dataset != "image-folder" && o.dataset != "npy" && o.dataset != "tokens"),

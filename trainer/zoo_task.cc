@@ -81,6 +81,11 @@ Task UserDataTask(const TrainOptions& options, UserData data) {
   task.train = std::move(data.train);
   task.test = std::move(data.test);
   task.objective = std::make_shared<Classification>(classes, options.label_smoothing);
+  // The job's other processes read the index this one found or built,
+  // instead of listing and probing the folder again.
+  if (!data.index_key.empty() && options.image_index.empty()) {
+    task.job_flags.push_back("--image-index=" + data.index_key);
+  }
   return task;
 }
 
@@ -132,7 +137,8 @@ Task ZooTaskFromOptions(const TrainOptions& options) {
   if (options.dataset == "tokens") return TokenTask(options);
   if (options.dataset == "npy") return UserDataTask(options, LoadNpyData(options.data_dir));
   if (options.dataset == "image-folder") {
-    return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size));
+    return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size,
+                                                 {options.image_index_dir, options.image_index}));
   }
   // The training split first: a bad --data-dir is reported for it.
   std::shared_ptr<const Dataset> train =
