@@ -4,10 +4,10 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -222,10 +222,6 @@ torch::Tensor Widen(const torch::Tensor& stored, const std::string& descr,
   return stored;
 }
 
-std::string ShapeOf(const torch::Tensor& t) {
-  return NpyShapeString(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
-}
-
 }  // namespace
 
 std::string NpyShapeString(const std::vector<int64_t>& shape) {
@@ -236,41 +232,31 @@ std::string NpyShapeString(const std::vector<int64_t>& shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
-NpyArray ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
-  std::error_code ec;
-  const uintmax_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) Fail(path, "cannot read its size (" + ec.message() + ")");
-
-  char preamble[12] = {};
-  in.read(preamble, 10);
-  if (in.gcount() < 10 || std::memcmp(preamble, kMagic, kMagicSize) != 0) {
+MappedNpy::MappedNpy(const std::string& path) : file_(path) {
+  const uint8_t* bytes = file_.data();
+  const size_t file_size = file_.size();
+  if (file_size < 10 || std::memcmp(bytes, kMagic, kMagicSize) != 0) {
     Fail(path, "not a .npy file (it does not start with \\x93NUMPY)");
   }
-  const int major = static_cast<unsigned char>(preamble[6]);
-  const int minor = static_cast<unsigned char>(preamble[7]);
+  const int major = bytes[6];
+  const int minor = bytes[7];
   if (major < 1 || major > 3 || minor != 0) {
     Fail(path, "unsupported .npy format version " + std::to_string(major) + "." +
                    std::to_string(minor) + " (1.0, 2.0 and 3.0 are read)");
   }
   // Version 1.0 has a 2-byte header length; 2.0 and 3.0 (UTF-8 header) 4 bytes; little-endian.
-  uint64_t header_size = static_cast<unsigned char>(preamble[8]) |
-                         static_cast<uint64_t>(static_cast<unsigned char>(preamble[9])) << 8;
+  uint64_t header_size = bytes[8] | static_cast<uint64_t>(bytes[9]) << 8;
   size_t offset = 10;
   if (major >= 2) {
-    in.read(preamble + 10, 2);
-    if (in.gcount() < 2) Fail(path, "truncated in the header");
-    header_size |= static_cast<uint64_t>(static_cast<unsigned char>(preamble[10])) << 16 |
-                   static_cast<uint64_t>(static_cast<unsigned char>(preamble[11])) << 24;
+    if (file_size < 12) Fail(path, "truncated in the header");
+    header_size |= static_cast<uint64_t>(bytes[10]) << 16 | static_cast<uint64_t>(bytes[11]) << 24;
     offset = 12;
   }
   if (offset + header_size > file_size) {
     Fail(path, "truncated in the header (" + std::to_string(header_size) + " header bytes, " +
                    std::to_string(file_size - offset) + " in the file)");
   }
-  std::string header(header_size, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_size));
+  std::string header(reinterpret_cast<const char*>(bytes) + offset, header_size);
   offset += header_size;
   // np.save pads the header with spaces and a newline; none of it belongs in a message.
   while (!header.empty() && std::isspace(static_cast<unsigned char>(header.back()))) {
@@ -323,31 +309,51 @@ NpyArray ReadNpy(const std::string& path) {
                    NpyShapeString(shape.ints) + " of '" + descr.text +
                    "' (not a single .npy array)");
   }
+  descr_ = descr.text;
+  shape_ = shape.ints;
+  stored_ = dtype.stored;
+  data_offset_ = offset;
+}
 
-  torch::Tensor stored = torch::empty(shape.ints, dtype.stored);
-  in.read(static_cast<char*>(stored.data_ptr()), static_cast<std::streamsize>(expected));
-  if (static_cast<uint64_t>(in.gcount()) != expected) Fail(path, "read error in the data");
+NpyArray MappedNpy::Read() const {
+  torch::Tensor stored = torch::empty(shape_, stored_);
+  if (data_bytes() > 0) std::memcpy(stored.data_ptr(), data(), data_bytes());
   NpyArray array;
-  array.descr = descr.text;
-  array.shape = shape.ints;
-  array.data = Widen(stored, descr.text, path);
+  array.descr = descr_;
+  array.shape = shape_;
+  array.data = Widen(stored, descr_, path());
   return array;
 }
 
+NpyArray ReadNpy(const std::string& path) { return MappedNpy(path).Read(); }
+
 namespace {
 
-// The images of one split as contiguous NCHW. The channel dimension of a 4-d
-// array is whichever of dimensions 1 and 3 is in 1..4 (gray, gray+alpha, RGB,
-// RGBA); when both or neither are, there is no safe guess and it is an error.
-torch::Tensor ImagesOf(const NpyArray& array, const std::string& path) {
-  const auto type = array.data.scalar_type();
+// The images of one split, read in place from the mapped file. The channel
+// dimension of a 4-d array is whichever of dimensions 1 and 3 is in 1..4
+// (gray, gray+alpha, RGB, RGBA); when both or neither are, there is no safe
+// guess and it is an error. An (N, H, W, C) array stays as it is: each image
+// is transposed when a batch is built (ImageTensorExamples::Get).
+ImageArray ImagesOf(std::shared_ptr<const MappedNpy> npy) {
+  const std::string& path = npy->path();
+  const auto type = npy->stored_type();
   if (type != torch::kUInt8 && type != torch::kFloat32) {
-    Fail(path, "images must be uint8 or float32, got '" + array.descr +
+    Fail(path, "images must be uint8 or float32, got '" + npy->descr() +
                    "'; convert them (x.astype(np.float32) or x.astype(np.uint8))");
   }
-  const std::vector<int64_t>& s = array.shape;
+  const std::vector<int64_t>& s = npy->shape();
   const std::string shape = NpyShapeString(s);
-  if (s.size() == 3) return array.data.unsqueeze(1).contiguous();  // (N, H, W): gray
+  ImageArray images;
+  images.type = type;
+  images.data = npy->data();
+  if (s.size() == 3) {  // (N, H, W): gray, one plane is both layouts
+    images.count = s[0];
+    images.channels = 1;
+    images.height = s[1];
+    images.width = s[2];
+    images.owner = std::move(npy);
+    return images;
+  }
   if (s.size() != 4) {
     Fail(path, "images must have shape (N, C, H, W), (N, H, W, C) or (N, H, W), got " + shape);
   }
@@ -357,11 +363,24 @@ torch::Tensor ImagesOf(const NpyArray& array, const std::string& path) {
                    ": dimensions 1 and 3 are both in 1..4; store them as (N, C, H, W) or "
                    "(N, H, W, C) with sides above 4");
   }
-  if (is_channels(s[1])) return array.data;
-  if (is_channels(s[3])) return array.data.permute({0, 3, 1, 2}).contiguous();
-  Fail(path, "images of shape " + shape +
-                 " have no channel dimension: dimension 1 (N, C, H, W) or 3 (N, H, W, C) must "
-                 "be 1..4");
+  if (!is_channels(s[1]) && !is_channels(s[3])) {
+    Fail(path, "images of shape " + shape +
+                   " have no channel dimension: dimension 1 (N, C, H, W) or 3 (N, H, W, C) must "
+                   "be 1..4");
+  }
+  const bool chw = is_channels(s[1]);
+  images.layout = chw ? PixelLayout::kCHW : PixelLayout::kHWC;
+  images.count = s[0];
+  images.channels = chw ? s[1] : s[3];
+  images.height = chw ? s[2] : s[1];
+  images.width = chw ? s[3] : s[2];
+  images.owner = std::move(npy);
+  return images;
+}
+
+// "(N, C, H, W)" of the images, whatever their layout in the file.
+std::string ChwShapeOf(const ImageArray& images) {
+  return NpyShapeString({images.count, images.channels, images.height, images.width});
 }
 
 torch::Tensor LabelsOf(const NpyArray& array, const std::string& path) {
@@ -389,33 +408,35 @@ void CheckNotNegative(const torch::Tensor& labels, const std::string& path) {
 }
 
 struct Split {
-  torch::Tensor images;  // NCHW
-  torch::Tensor labels;  // int64 [N]
+  ImageArray images;     // in the mapped file
+  torch::Tensor labels;  // int64 [N], in memory: N x 8 bytes
 };
 
 Split ReadSplit(const std::string& dir, const std::string& split) {
   const std::string x_path = dir + "/" + split + "_x.npy";
   const std::string y_path = dir + "/" + split + "_y.npy";
   Split out;
-  out.images = ImagesOf(ReadNpy(x_path), x_path);
+  out.images = ImagesOf(std::make_shared<const MappedNpy>(x_path));
   out.labels = LabelsOf(ReadNpy(y_path), y_path);
-  if (out.images.size(0) == 0) Fail(x_path, "holds no images (shape " + ShapeOf(out.images) + ")");
-  if (out.images.size(0) != out.labels.size(0)) {
+  if (out.images.count == 0) Fail(x_path, "holds no images (shape " + ChwShapeOf(out.images) + ")");
+  if (out.images.count != out.labels.size(0)) {
     Fail(y_path, "holds " + std::to_string(out.labels.size(0)) + " labels but " + split +
-                     "_x.npy holds " + std::to_string(out.images.size(0)) + " images");
+                     "_x.npy holds " + std::to_string(out.images.count) + " images");
   }
   CheckNotNegative(out.labels, y_path);
   return out;
 }
 
-PixelNormalizer MeasureOn(const torch::Tensor& images, const std::string& path) {
-  const int64_t c = images.size(1), h = images.size(2), w = images.size(3);
-  ChannelMoments moments(c);
-  for (int64_t i = 0; i < images.size(0); ++i) {
-    if (images.scalar_type() == torch::kUInt8) {
-      moments.Add(images.data_ptr<uint8_t>() + i * c * h * w, PixelLayout::kCHW, h, w);
+// Every image's pixels, read from the mapping one image at a time: the
+// measurement reads the whole array once and copies none of it.
+PixelNormalizer MeasureOn(const ImageArray& images, const std::string& path) {
+  ChannelMoments moments(images.channels);
+  std::vector<float> staging;
+  for (int64_t i = 0; i < images.count; ++i) {
+    if (images.type == torch::kUInt8) {
+      moments.Add(images.image_bytes(i), images.layout, images.height, images.width);
     } else {
-      moments.Add(images.data_ptr<float>() + i * c * h * w, PixelLayout::kCHW, h, w);
+      moments.Add(images.float_image(i, &staging), images.layout, images.height, images.width);
     }
   }
   try {
@@ -439,12 +460,14 @@ UserData LoadNpyData(const std::string& dir) {
   Split train = ReadSplit(dir, "train");
   Split test = ReadSplit(dir, "test");
   const std::string train_x = dir + "/train_x.npy", test_x = dir + "/test_x.npy";
-  if (test.images.scalar_type() != train.images.scalar_type() ||
-      test.images.sizes().slice(1) != train.images.sizes().slice(1)) {
+  const auto chw = [](const ImageArray& a) {
+    return std::vector<int64_t>{a.channels, a.height, a.width};
+  };
+  if (test.images.type != train.images.type || chw(test.images) != chw(train.images)) {
     std::ostringstream what;
-    what << "images are " << test.images.scalar_type() << " " << test.images.sizes().slice(1)
-         << " (C, H, W) but train_x.npy's are " << train.images.scalar_type() << " "
-         << train.images.sizes().slice(1);
+    what << "images are " << test.images.type << " " << torch::IntArrayRef(chw(test.images))
+         << " (C, H, W) but train_x.npy's are " << train.images.type << " "
+         << torch::IntArrayRef(chw(train.images));
     Fail(test_x, what.str());
   }
 
@@ -478,11 +501,11 @@ UserData LoadNpyData(const std::string& dir) {
 
   PixelNormalizer normalizer = MeasureOn(train.images, train_x);
   UserData data;
-  data.channels = train.images.size(1);
-  data.height = train.images.size(2);
-  data.width = train.images.size(3);
+  data.channels = train.images.channels;
+  data.height = train.images.height;
+  data.width = train.images.width;
   for (int64_t k = 0; k < num_classes; ++k) data.class_names.push_back(std::to_string(k));
-  data.pixel_scale = train.images.scalar_type() == torch::kUInt8 ? 1.0f / 255 : 1.0f;
+  data.pixel_scale = train.images.type == torch::kUInt8 ? 1.0f / 255 : 1.0f;
   data.mean = normalizer.mean();
   data.std = normalizer.std();
   data.train = std::make_shared<ImageTensorExamples>("npy-train", std::move(train.images),

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/data/dataset.h"
@@ -23,13 +27,14 @@ using testing::WriteFile;
 
 // A .npy file as np.save writes it: magic, version, header length, the dict
 // padded with spaces to a multiple of 64 bytes and ending in '\n', the data.
+// `misalign` more spaces move the data off that alignment (a hand-made file).
 std::vector<uint8_t> NpyBytes(const std::string& descr, const std::vector<int64_t>& shape,
                               const void* data, size_t bytes, int major = 1,
-                              const std::string& fortran = "False") {
+                              const std::string& fortran = "False", int misalign = 0) {
   std::string header = "{'descr': '" + descr + "', 'fortran_order': " + fortran +
                        ", 'shape': " + NpyShapeString(shape) + ", }";
   const size_t preamble = major == 1 ? 10 : 12;
-  header += std::string(63 - (preamble + header.size()) % 64, ' ') + "\n";
+  header += std::string(63 - (preamble + header.size()) % 64 + misalign, ' ') + "\n";
   std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<uint8_t>(major), 0};
   const size_t n = header.size();
   out.push_back(n & 0xff);
@@ -65,10 +70,10 @@ std::string DescrOf(const torch::Tensor& t) {
   }
 }
 
-void WriteNpy(const std::string& path, const torch::Tensor& t, int major = 1) {
+void WriteNpy(const std::string& path, const torch::Tensor& t, int major = 1, int misalign = 0) {
   const torch::Tensor c = t.contiguous();
   WriteFile(path, NpyBytes(DescrOf(c), std::vector<int64_t>(c.sizes().begin(), c.sizes().end()),
-                           c.data_ptr(), c.nbytes(), major));
+                           c.data_ptr(), c.nbytes(), major, "False", misalign));
 }
 
 // The message of the std::runtime_error that `f` throws, or "" when it throws none.
@@ -201,8 +206,22 @@ TEST(ReadNpy, RejectsWhatItCannotReadFaithfully) {
     EXPECT_CONTAINS(error, c.problem);
   }
   const std::string missing = ErrorOf([&] { ReadNpy(dir / "absent.npy"); });
-  EXPECT_CONTAINS(missing, "absent.npy");
-  EXPECT_CONTAINS(missing, "cannot open");
+  EXPECT_CONTAINS(missing, "absent.npy: no such file");
+}
+
+// The header and the place of the data, without reading the data.
+TEST(MappedNpy, LeavesTheDataInTheMapping) {
+  ScratchDir dir;
+  const torch::Tensor t = torch::randn({3, 5});
+  WriteNpy(dir / "a.npy", t);
+  const MappedNpy npy(dir / "a.npy");
+  EXPECT_EQ(npy.descr(), "<f4");
+  EXPECT_EQ(npy.shape(), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(npy.stored_type(), torch::kFloat32);
+  EXPECT_EQ(npy.data_bytes(), 60u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(npy.data()) % 64, 0u);  // np.save aligns to 64
+  EXPECT_EQ(std::memcmp(npy.data(), t.data_ptr<float>(), 60), 0);
+  EXPECT_TRUE(torch::equal(npy.Read().data, t));
 }
 
 // The four files of a data set; images as given, labels int64.
@@ -347,6 +366,93 @@ TEST(LoadNpyData, AugmentationIsAFunctionOfSeedEpochAndIndex) {
   const Batch last = data.train->Get(Iota(16), {2, true, 9, true});
   EXPECT_TRUE(torch::equal(last.inputs, whole.inputs));
   EXPECT_TRUE(last.inputs.is_contiguous(torch::MemoryFormat::ChannelsLast));
+}
+
+// Float32 images in every layout, and with data at an address no float may
+// be read from, give the same batches: each image is transposed (and, when
+// unaligned, copied) on its own while the batch is built.
+TEST(LoadNpyData, Float32LayoutsAndAlignmentGiveTheSameBatches) {
+  const torch::Tensor train_x = torch::randn({12, 3, 10, 6}) * 40 + 100;
+  const torch::Tensor train_y = torch::arange(12, torch::kInt64).remainder(3);
+  const torch::Tensor test_x = torch::randn({2, 3, 10, 6});
+  const torch::Tensor test_y = torch::tensor({0, 2});
+  const torch::Tensor nhwc = train_x.permute({0, 2, 3, 1});
+  ScratchDir a, b, c;
+  WriteDataSet(a.path(), train_x, train_y, test_x, test_y);
+  WriteDataSet(b.path(), nhwc, train_y, test_x.permute({0, 2, 3, 1}), test_y);
+  WriteDataSet(c.path(), nhwc, train_y, test_x, test_y);
+  WriteNpy(c / "train_x.npy", nhwc, 1, /*misalign=*/1);
+  const UserData from_a = LoadNpyData(a.path());
+  const UserData from_b = LoadNpyData(b.path());
+  const UserData from_c = LoadNpyData(c.path());
+  const auto& unaligned = dynamic_cast<const ImageTensorExamples&>(*from_c.train);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(unaligned.images().data) % alignof(float), 0u);
+  EXPECT_EQ(unaligned.images().layout, PixelLayout::kHWC);
+  EXPECT_EQ(from_a.mean, from_b.mean);
+  EXPECT_EQ(from_a.mean, from_c.mean);
+  EXPECT_EQ(from_a.std, from_c.std);
+  for (bool augment : {false, true}) {
+    for (bool channels_last : {false, true}) {
+      const BatchRequest request{1, augment, 4, channels_last};
+      const Batch expected = from_a.train->Get(Iota(12), request);
+      EXPECT_TRUE(torch::equal(from_b.train->Get(Iota(12), request).inputs, expected.inputs));
+      EXPECT_TRUE(torch::equal(from_c.train->Get(Iota(12), request).inputs, expected.inputs));
+    }
+  }
+  // Without augmentation the batch is the normalised images, in NCHW.
+  const torch::Tensor mean = torch::tensor(from_a.mean).view({1, 3, 1, 1});
+  const torch::Tensor std = torch::tensor(from_a.std).view({1, 3, 1, 1});
+  EXPECT_TRUE(
+      torch::allclose(from_c.train->Get(Iota(12), {}).inputs, (train_x - mean) / std, 1e-5, 1e-5));
+}
+
+// The path and the offset in it of the file mapping that holds `address`,
+// from /proc/self/maps; "" when no file mapping holds it.
+std::pair<std::string, int64_t> MappedAt(const void* address) {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);  // start-end perms offset dev inode path
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    const uintptr_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (a >= start && a < end) {
+      return {path, static_cast<int64_t>(a - start + std::stoull(offset, nullptr, 16))};
+    }
+  }
+  return {"", -1};
+}
+
+// The images are read in place from the mapped train_x.npy and test_x.npy:
+// the process holds no copy of them.
+TEST(LoadNpyData, ImagesAreReadFromTheMappedFiles) {
+  const torch::Tensor train_x = torch::randint(0, 256, {6, 8, 8, 3}, torch::kUInt8);
+  ScratchDir dir;
+  WriteDataSet(dir.path(), train_x, torch::tensor({0, 1, 0, 1, 0, 1}),
+               torch::randint(0, 256, {2, 3, 8, 8}, torch::kUInt8), torch::tensor({1, 0}));
+  const UserData data = LoadNpyData(dir.path());
+  const auto& train = dynamic_cast<const ImageTensorExamples&>(*data.train);
+  const auto& test = dynamic_cast<const ImageTensorExamples&>(*data.test);
+  EXPECT_EQ(MappedAt(train.images().data).first, dir / "train_x.npy");
+  EXPECT_EQ(MappedAt(test.images().data).first, dir / "test_x.npy");
+  EXPECT_EQ(MappedAt(train.images().image_bytes(5)).second,
+            MappedAt(train.images().data).second + 5 * 8 * 8 * 3);
+
+  // A pixel written to the file (same size) is what the next batch shows.
+  const Batch before = data.train->Get({4}, {});
+  const int64_t pixel_offset = MappedAt(train.images().image_bytes(4)).second + (2 * 8 + 5) * 3 + 1;
+  {
+    std::fstream file(dir / "train_x.npy", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(pixel_offset);
+    file.put(static_cast<char>(train_x[4][2][5][1].item<uint8_t>() ^ 0x80));
+  }
+  const Batch after = data.train->Get({4}, {});
+  // Channel 1, row 2, column 5 changed, and nothing else.
+  const torch::Tensor changed = after.inputs.ne(before.inputs);
+  EXPECT_EQ(changed.sum().item<int64_t>(), 1);
+  EXPECT_TRUE(changed[0][1][2][5].item<bool>());
 }
 
 TEST(LoadNpyData, WarnsAboutClassesWithoutTrainingSamples) {
