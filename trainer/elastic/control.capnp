@@ -244,3 +244,33 @@ struct StoredCopy {
   file @1 :Text;    # a name in --state-dir
   sha256 @2 :Text;  # of the file's bytes, lowercase hex
 }
+
+# What a worker records of its own generations, one message after another in
+# <--log-samples>/events-<member>.bin (worker_events.h), for tests and
+# post-mortems to read as typed values rather than log text.
+struct WorkerEvent {
+  unixMs @0 :Int64;     # wall clock when it happened
+  memberId @1 :UInt64;
+  union {
+    generationJoined @2 :GenerationJoined;
+    generationLeft @3 :GenerationLeft;
+  }
+}
+
+# The generation's communicator formed: this worker trains in it.
+struct GenerationJoined {
+  generation @0 :UInt64;
+  rank @1 :Int32;
+  world @2 :Int32;
+  pid @3 :Int32;        # the worker's process
+}
+
+# The worker left a generation (its communicator is gone).
+struct GenerationLeft {
+  generation @0 :UInt64;
+  outcome @1 :Text;          # "change", "failed", "done" or "stopped"
+  # Milliseconds from this worker first learning that a newer generation
+  # exists (the head's view or the controller's order) to leaving this one;
+  # -1 when no newer one existed when it left.
+  supersededForMs @2 :Int64;
+}

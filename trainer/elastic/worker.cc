@@ -52,6 +52,7 @@
 #include "trainer/elastic/step_watchdog.h"
 #include "trainer/elastic/superseded_store.h"
 #include "trainer/elastic/trainer_inbox.h"
+#include "trainer/elastic/worker_events.h"
 #include "trainer/elastic/worker_policy.h"
 #include "trainer/elastic/worker_stats.h"
 #include "trainer/learner.h"
@@ -127,6 +128,7 @@ class Worker {
 
  private:
   enum class Outcome { kChange, kFailed, kDone, kStopped };
+  static const char* OutcomeName(Outcome outcome);
 
   void OnUpdate(const runtime::MembershipUpdate& update);
   // Subscribes to the head's views, registers (under the member id it had, if
@@ -143,7 +145,13 @@ class Worker {
   void AbortOlderThan(uint64_t generation);
   // The next generation to train in, or nullopt when this worker should exit.
   std::optional<GenerationOrder> WaitForGeneration();
+  // Runs one generation and records (worker_events.h) that this worker left it.
   Outcome RunGeneration(const GenerationOrder& order);
+  // The generation from its rendezvous to its communicator's destruction.
+  Outcome TrainGeneration(const GenerationOrder& order);
+  // For the event log: how long this worker stayed in generation_ after it
+  // learned of a newer one (-1 when none exists).
+  int64_t SupersededForMs();
   // Trains in the generation's world: restore, sync, the loop.
   Outcome Train(const GenerationOrder& order, GenerationWorld& world);
   // Rank 0 takes the state its source holds as its commit; false (after
@@ -181,9 +189,13 @@ class Worker {
   std::unique_ptr<Learner> learner_;
   LoopState state_;
   std::FILE* sample_log_ = nullptr;
+  std::unique_ptr<WorkerEventLog> events_;  // with --log-samples
 
   std::mutex mutex_;
-  uint64_t newest_generation_ = 0;     // guarded by mutex_: newest seen anywhere
+  uint64_t newest_generation_ = 0;  // guarded by mutex_: newest seen anywhere
+  // guarded by mutex_: when this worker learned that a generation newer than
+  // generation_ exists (unset while none does)
+  std::optional<std::chrono::steady_clock::time_point> superseded_at_;
   runtime::MembershipView latest_;     // guarded by mutex_: the head's newest view
   Communicator* live_comm_ = nullptr;  // guarded by mutex_: aborted on a newer generation
   // The generation's data plane: gradients and model buffers. On CUDA an NCCL
@@ -335,6 +347,9 @@ void Worker::Reconnect() {
 void Worker::AbortOlderThan(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mutex_);
   newest_generation_ = std::max(newest_generation_, generation);
+  if (generation > generation_ && !superseded_at_) {
+    superseded_at_ = std::chrono::steady_clock::now();
+  }
   if (live_comm_ != nullptr && live_comm_->generation() < generation) live_comm_->Abort();
   if (grad_comm_ != nullptr && grad_comm_->generation() < generation) grad_comm_->Abort();
 }
@@ -490,8 +505,43 @@ Worker::Outcome Worker::Train(const GenerationOrder& order, GenerationWorld& wor
   return loop.Run() == TrainingLoop::End::kFinished ? Outcome::kDone : Outcome::kChange;
 }
 
+const char* Worker::OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kChange:
+      return "change";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kDone:
+      return "done";
+    case Outcome::kStopped:
+      return "stopped";
+  }
+  return "?";
+}
+
+int64_t Worker::SupersededForMs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!superseded_at_) return -1;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               *superseded_at_)
+      .count();
+}
+
 Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
-  generation_ = order.generation;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_ = order.generation;
+    superseded_at_.reset();
+    if (newest_generation_ > generation_) superseded_at_ = std::chrono::steady_clock::now();
+  }
+  const Outcome outcome = TrainGeneration(order);
+  if (events_) {
+    events_->Left(controller_.member_id(), {generation_, OutcomeName(outcome), SupersededForMs()});
+  }
+  return outcome;
+}
+
+Worker::Outcome Worker::TrainGeneration(const GenerationOrder& order) {
   const int rank = order.RankOf(controller_.member_id());
   const int world = static_cast<int>(order.members.size());
   const OwnCommitDecision own = StopAtOwnCommit(order.stop, order.source, rank, Holds());
@@ -562,6 +612,9 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
       grad_comm_->Abort();
     }
   }
+  if (events_)
+    events_->Joined(controller_.member_id(),
+                    {generation_, rank, world, static_cast<int>(::getpid())});
   GenerationWorld generation(services_, generation_, rank, world, comm.get(),
                              nccl ? nccl.get() : comm.get());
   if (rank == 0) {
@@ -640,6 +693,8 @@ int Worker::Run() {
     sample_log_ = std::fopen(path.c_str(), "a");
     if (sample_log_ == nullptr)
       throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+    events_ = std::make_unique<WorkerEventLog>(
+        WorkerEventsPath(elastic_.log_samples, controller_.member_id()));
   }
   services_ = MakeServices();
   controller_.Log("registered (node %llu) from %s; waiting for a generation",
