@@ -77,7 +77,8 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
             "8 workers on the CIFAR-10 subset diverged with it: docs/training.md)");
   f.AddString("log-samples", &o.log_samples,
               "elastic (debug): directory where each worker logs the sample indices of every "
-              "step with its (generation, epoch, position)");
+              "step with its (generation, epoch, position), and its typed events (generations "
+              "joined and left: events-<id>.bin)");
   f.AddInt("state-copy-every", &o.state_copy_every,
            "elastic: rank 0 sends the controller a copy of the job's state every this many "
            "commits, so that losing every worker at once costs at most the steps since then; "
