@@ -6,6 +6,10 @@ both measured against the ideal of the same run.
   /usr/bin/python3 bench/spot_trace_bench.py --trace bench/traces/p3-trace.csv \
       --ours bazel-bin/trainer/cifar --data-dir ../shared/data/cifar10-subset
 
+  --repeat-data 12 trains on the subset's batches repeated 12 times (48,816
+  images, epochs of about half a minute at 8 workers), the long epochs of a
+  real job; both systems get the same files.
+
 The trace
   Oobleck's format (tools/simulator/traces/*.csv): one event a line,
   `milliseconds,add|remove,nodeN`. bench/traces/p3-trace.csv (AWS p3, MIT) has
@@ -337,6 +341,24 @@ def train_samples(args):
     data_dir = args.data_dir
     return sum(os.path.getsize(os.path.join(data_dir, f)) // RECORD_BYTES
                for f in sorted(os.listdir(data_dir)) if re.match(r"data_batch_\d+\.bin$", f))
+
+
+def repeat_data(source, times, target):
+    """A CIFAR-10 binary directory whose every training batch is `source`'s
+    repeated `times` times (test_batch.bin copied as is): epochs `times` longer,
+    the same images. Returns `target`."""
+    os.makedirs(target, exist_ok=True)
+    for name in sorted(os.listdir(source)):
+        path = os.path.join(source, name)
+        if re.match(r"data_batch_\d+\.bin$", name):
+            with open(path, "rb") as f:
+                records = f.read()
+            with open(os.path.join(target, name), "wb") as out:
+                for _ in range(times):
+                    out.write(records)
+        elif name == "test_batch.bin":
+            shutil.copyfile(path, os.path.join(target, name))
+    return target
 
 
 def vocab_size(data_dir):
@@ -727,6 +749,9 @@ def parse_args(argv=None):
                              "token files (tools/prepare_tokens.py), the peer bench/gpt_peer.py")
     parser.add_argument("--data-dir", required=True,
                         help="CIFAR-10 binary files, or (--task gpt) train.bin, val.bin, meta.json")
+    parser.add_argument("--repeat-data", type=int, default=1,
+                        help="--task cifar: train on --data-dir's batches repeated this many "
+                        "times (built in a temporary directory): long epochs, as real jobs have")
     parser.add_argument("--model-file", default="",
                         help="--task gpt: a TorchScript GPT of tests/gpt_model.py; empty: one of "
                              "4 layers, 4 heads, 128 wide, --context long, scripted with --seed")
@@ -786,6 +811,8 @@ def parse_args(argv=None):
             parser.error(f"--systems: unknown system {system!r} (ours, torchrun)")
     if args.max_workers < args.workers_per_node or args.workers_per_node < 1:
         parser.error("--max-workers must be at least --workers-per-node >= 1")
+    if args.repeat_data < 1 or (args.repeat_data > 1 and args.task != "cifar"):
+        parser.error("--repeat-data must be >= 1, and is for --task cifar")
     if args.finish and args.systems != ["ours"]:
         parser.error("--finish is for --systems ours")
     args.checkpoint_every = args.checkpoint_every or args.commit_every
@@ -838,6 +865,11 @@ def main():
 
     logs = args.keep_logs or tempfile.mkdtemp(prefix="spot_trace_bench_")
     os.makedirs(logs, exist_ok=True)
+    if args.repeat_data > 1:
+        args.data_dir = repeat_data(args.data_dir, args.repeat_data,
+                                    tempfile.mkdtemp(prefix="spot_trace_data_"))
+        note(f"training set repeated {args.repeat_data} times: {train_samples(args)} images "
+             f"in {args.data_dir}")
     if args.task == "gpt" and not args.model_file:
         args.model_file = os.path.join(logs, "gpt.pt")
         subprocess.run([PYTHON, os.path.join(HERE, "..", "tests", "gpt_model.py"), "script",

@@ -121,5 +121,23 @@ class AccountingTest(unittest.TestCase):
             self.assertEqual(bench.ours_accounting(d, window), (8, 4))
 
 
+class RepeatDataTest(unittest.TestCase):
+    def test_every_training_batch_is_repeated_and_the_test_batch_copied(self):
+        with tempfile.TemporaryDirectory() as source, tempfile.TemporaryDirectory() as target:
+            for name, data in (("data_batch_1.bin", b"ab"), ("data_batch_2.bin", b"c"),
+                               ("test_batch.bin", b"t"), ("README.md", b"r")):
+                with open(os.path.join(source, name), "wb") as f:
+                    f.write(data)
+            bench.repeat_data(source, 3, target)
+            self.assertEqual(sorted(os.listdir(target)),
+                             ["data_batch_1.bin", "data_batch_2.bin", "test_batch.bin"])
+            with open(os.path.join(target, "data_batch_1.bin"), "rb") as f:
+                self.assertEqual(f.read(), b"ababab")
+            with open(os.path.join(target, "data_batch_2.bin"), "rb") as f:
+                self.assertEqual(f.read(), b"ccc")
+            with open(os.path.join(target, "test_batch.bin"), "rb") as f:
+                self.assertEqual(f.read(), b"t")
+
+
 if __name__ == "__main__":
     unittest.main()
