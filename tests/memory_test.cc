@@ -10,13 +10,18 @@
 // page cache's and count as private only in a worker that is alone in
 // touching them (the first to check the labels, until the others map them).
 //
-// The bound, from measurements of this job on a 2-core VM (peak over the run
-// of the sum over the 8 workers, MiB; bench/memory_bench.py, docs/data.md):
-//   before (the files read into each worker):  sum 2,562, largest worker 369
-//   after (mapped):                            sum 1,085, largest worker 150
-// so 200 MiB per worker (the largest worker measured plus a third): the limit
-// is 146 + 8 x 200 = 1,746 MiB, which the old reader exceeds by 800 MiB and
-// the mapped one stays 660 MiB below.
+// The bound, from this test's job measured on a 2-core VM (peak over the run
+// of the sum over the 8 workers of their private memory, and the largest
+// worker's; 2026-11-28):
+//   before (418dc10: the batch files read into each worker)
+//                                              sum 2,243 MiB, largest 377 MiB
+//   after (the files mapped)                   sum 1,081 MiB, largest 146 MiB
+// A worker's own memory (LibTorch, the model, Gloo, batches) is ~135 MiB; the
+// data were ~150 MiB more per worker before. The bound is 200 MiB per worker
+// (the largest worker measured plus a third), so the limit is 146 + 8 x 200
+// = 1,746 MiB: the old reader exceeds it by ~500 MiB, the mapped one stays
+// ~660 MiB below it. bench/memory_bench.py measures the same against
+// PyTorch DDP (docs/benchmarks.md).
 #include <unistd.h>
 
 #include <algorithm>
