@@ -30,11 +30,11 @@ std::string ShortHash(const std::string& text) {
   return out;
 }
 
-std::string CachedName(const std::string& data_dir) {
+std::string CachedName(const std::string& data_dir, const std::string& suffix) {
   std::string base = fs::path(data_dir).filename().string();
   if (base.empty()) base = fs::path(data_dir).parent_path().filename().string();
   if (base.empty()) base = "root";
-  return base + "-" + ShortHash(data_dir) + ".index";
+  return base + "-" + ShortHash(data_dir) + suffix;
 }
 
 std::string Errno() { return std::strerror(errno); }
@@ -67,13 +67,14 @@ bool ReadWhole(int fd, std::string* bytes) {
 }  // namespace
 
 IndexPlaces PlacesFor(const std::string& data_dir, bool data_dir_writable,
-                      const std::string& index_dir, const std::string& cache_root) {
-  const std::string cached = CachedName(data_dir);
+                      const std::string& index_dir, const std::string& cache_root,
+                      const std::string& beside_name, const std::string& suffix) {
+  const std::string cached = CachedName(data_dir, suffix);
   if (!index_dir.empty()) {
     const std::string path = index_dir + "/" + cached;
     return IndexPlaces{{path}, path};
   }
-  const std::string beside = data_dir + "/" + kIndexFileName;
+  const std::string beside = data_dir + "/" + beside_name;
   const std::string in_cache = cache_root + "/image-index/" + cached;
   return IndexPlaces{{beside, in_cache}, data_dir_writable ? beside : in_cache};
 }
@@ -87,22 +88,18 @@ bool DirectoryWritable(const std::string& dir) {
   return ::geteuid() != 0 || (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0;
 }
 
-std::vector<StoredIndex> ReadIndexFiles(const std::vector<std::string>& paths) {
-  std::vector<StoredIndex> found;
+std::vector<StoredBytes> ReadStoredFiles(const std::vector<std::string>& paths) {
+  std::vector<StoredBytes> found;
   for (const std::string& path : paths) {
     std::string bytes;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) continue;
-    StoredIndex stored;
+    StoredBytes stored;
     stored.path = path;
     if (!ReadWhole(fd, &bytes)) {
       stored.problem = "cannot read: " + Errno();
     } else {
-      try {
-        stored.index = DecodeIndex(bytes);
-      } catch (const IndexFormatError& e) {
-        stored.problem = e.what();
-      }
+      stored.bytes = std::move(bytes);
     }
     if (fd >= 0) ::close(fd);
     found.push_back(std::move(stored));
@@ -110,12 +107,33 @@ std::vector<StoredIndex> ReadIndexFiles(const std::vector<std::string>& paths) {
   return found;
 }
 
+std::vector<StoredIndex> ReadIndexFiles(const std::vector<std::string>& paths) {
+  std::vector<StoredIndex> found;
+  for (StoredBytes& file : ReadStoredFiles(paths)) {
+    StoredIndex stored;
+    stored.path = std::move(file.path);
+    stored.problem = std::move(file.problem);
+    if (file.bytes) {
+      try {
+        stored.index = DecodeIndex(*file.bytes);
+      } catch (const IndexFormatError& e) {
+        stored.problem = e.what();
+      }
+    }
+    found.push_back(std::move(stored));
+  }
+  return found;
+}
+
 void WriteIndexFile(const std::string& path, const ImageIndex& index) {
+  WriteFileAtomically(path, EncodeIndex(index));
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& bytes) {
   const std::string dir = fs::path(path).parent_path().string();
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot create: " + ec.message());
-  const std::string bytes = EncodeIndex(index);
   // The pid keeps two writers' temporaries apart; the rename makes the whole
   // file appear at once, so a reader sees the old index or the new one.
   const std::string temp = path + ".tmp." + std::to_string(::getpid());

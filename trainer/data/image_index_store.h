@@ -33,8 +33,12 @@ inline constexpr char kIndexFileName[] = ".elastic-image-index";
 // cache_root/image-index/NAME-HASH; a new one is written beside the data when
 // `data_dir_writable`, else in the cache. NAME is the directory's base name
 // (for a reader of the cache), HASH 16 hex digits of its path's SHA-256.
+// `beside` and `suffix` name another kind of index of the same directory
+// (a WebDataset's: ".elastic-webdataset-index", NAME-HASH.webdataset.index).
 IndexPlaces PlacesFor(const std::string& data_dir, bool data_dir_writable,
-                      const std::string& index_dir, const std::string& cache_root);
+                      const std::string& index_dir, const std::string& cache_root,
+                      const std::string& beside = kIndexFileName,
+                      const std::string& suffix = ".index");
 
 // Whether this process may add files to `dir`. Root passes every permission
 // check, but a directory whose mode grants nobody write access (dr-xr-xr-x, as
@@ -50,6 +54,19 @@ struct StoredIndex {
 
 // Each of `paths` that exists, read and decoded, in the same order.
 std::vector<StoredIndex> ReadIndexFiles(const std::vector<std::string>& paths);
+
+// A file read whole: its bytes, or why it could not be read.
+struct StoredBytes {
+  std::string path;
+  std::optional<std::string> bytes;
+  std::string problem;  // when !bytes: "cannot read: ..."
+};
+
+// Each of `paths` that exists, read whole, in the same order.
+std::vector<StoredBytes> ReadStoredFiles(const std::vector<std::string>& paths);
+
+// Writes `bytes` to `path` as WriteIndexFile writes an index.
+void WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 // Writes `index` to `path` atomically: a temporary file beside it, fsync'd,
 // renamed over `path`, the directory fsync'd. Creates the directory. Throws

@@ -11,10 +11,10 @@
 #include <memory>
 #include <stdexcept>
 
+#include "trainer/data/tar.h"
+
 namespace elastic::trainer {
 namespace {
-
-constexpr size_t kBlock = 512;
 
 // A gzip stream read in whole pieces, remembering how far it got.
 class GzStream {
@@ -59,53 +59,11 @@ class GzStream {
   uint64_t offset_ = 0;
 };
 
-// A numeric header field: octal digits (space/NUL padded), or base-256 when
-// the top bit of the first byte is set (GNU tar, files over 8 GiB).
-bool ParseNumber(const char* field, size_t len, uint64_t* out) {
-  const auto* u = reinterpret_cast<const uint8_t*>(field);
-  uint64_t value = 0;
-  if (u[0] & 0x80) {
-    value = u[0] & 0x7f;
-    for (size_t i = 1; i < len; ++i) value = (value << 8) | u[i];
-    *out = value;
-    return true;
-  }
-  size_t i = 0;
-  while (i < len && (field[i] == ' ' || field[i] == '\0')) ++i;
-  bool any = false;
-  for (; i < len && field[i] >= '0' && field[i] <= '7'; ++i) {
-    value = value * 8 + (field[i] - '0');
-    any = true;
-  }
-  for (; i < len; ++i) {
-    if (field[i] != ' ' && field[i] != '\0') return false;
-  }
-  *out = value;
-  return any;
-}
-
-std::string Field(const char* field, size_t len) { return std::string(field, strnlen(field, len)); }
-
 std::string BaseName(const std::string& path) {
   std::string p = path;
   while (!p.empty() && p.back() == '/') p.pop_back();
   const size_t slash = p.rfind('/');
   return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
-// The "path" record of a pax extended header ("<len> path=<value>\n" records).
-std::string PaxPath(const std::string& data) {
-  size_t pos = 0;
-  while (pos < data.size()) {
-    const size_t space = data.find(' ', pos);
-    if (space == std::string::npos) break;
-    const size_t len = std::strtoull(data.c_str() + pos, nullptr, 10);
-    if (len == 0 || pos + len > data.size()) break;
-    const std::string record = data.substr(space + 1, pos + len - space - 2);  // drop '\n'
-    if (record.rfind("path=", 0) == 0) return record.substr(5);
-    pos += len;
-  }
-  return "";
 }
 
 void WriteAll(int fd, const uint8_t* data, size_t n, const std::string& path) {
@@ -128,49 +86,42 @@ std::vector<std::string> ExtractTarGz(const std::string& archive, const std::str
   std::vector<std::string> written;
   std::string long_name;  // from a GNU 'L' or pax 'x' entry, for the next entry
   std::vector<uint8_t> buffer(1 << 20);
-  char header[kBlock];
+  uint8_t header_block[kTarBlock];
   int zero_blocks = 0;
   for (;;) {
     const uint64_t header_offset = in.offset();
-    if (!in.Read(header, kBlock)) {
+    if (!in.Read(header_block, kTarBlock)) {
       // Archives end with two zero blocks; some writers stop after one or none.
       if (in.offset() == header_offset && (zero_blocks > 0 || header_offset > 0)) break;
       in.Fail("truncated tar header");
     }
-    if (std::all_of(header, header + kBlock, [](char c) { return c == 0; })) {
+    TarHeader header;
+    const TarBlock block = ParseTarHeader(header_block, &header);
+    if (block == TarBlock::kZero) {
       if (++zero_blocks == 2) break;
       continue;
     }
     zero_blocks = 0;
-
-    uint64_t checksum = 0, size = 0;
-    if (!ParseNumber(header + 148, 8, &checksum) || !ParseNumber(header + 124, 12, &size)) {
+    if (block == TarBlock::kNotAHeader) {
       throw std::runtime_error(archive + ": not a tar header at byte offset " +
                                std::to_string(header_offset) + " of the tar stream");
     }
-    uint64_t sum = 0;
-    for (size_t i = 0; i < kBlock; ++i) {
-      sum += (i >= 148 && i < 156) ? ' ' : static_cast<uint8_t>(header[i]);
-    }
-    if (sum != checksum) {
+    if (block == TarBlock::kChecksumMismatch) {
       throw std::runtime_error(archive + ": tar header checksum mismatch at byte offset " +
                                std::to_string(header_offset) + " of the tar stream");
     }
 
-    const char type = header[156];
-    std::string name = Field(header, 100);
-    if (std::memcmp(header + 257, "ustar", 5) == 0 && header[345] != '\0') {
-      name = Field(header + 345, 155) + "/" + name;
-    }
-    if (!long_name.empty()) name = long_name;
-    const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
+    const char type = header.type;
+    const uint64_t size = header.size;
+    const std::string name = long_name.empty() ? header.name : long_name;
+    const uint64_t padded = TarPadded(size);
 
     if (type == 'L' || type == 'x') {  // the name of the next entry
       if (size > (1 << 20)) in.Fail("oversized tar name entry");
       std::string data(padded, '\0');
       if (!in.Read(data.data(), padded)) in.Fail("truncated tar name entry");
       data.resize(size);
-      long_name = type == 'L' ? Field(data.data(), data.size()) : PaxPath(data);
+      long_name = type == 'L' ? GnuLongName(data) : PaxPath(data);
       continue;
     }
     long_name.clear();
