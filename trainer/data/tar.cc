@@ -89,8 +89,9 @@ std::string GnuLongName(std::string_view data) {
 TarScanner::TarScanner(std::string name, const uint8_t* data, size_t size)
     : name_(std::move(name)), data_(data), size_(size) {}
 
-void TarScanner::Fail(TarError::Kind kind, uint64_t offset, const std::string& why) const {
-  throw TarError(kind, offset, name_ + ": " + why);
+void TarScanner::Fail(TarError::Kind kind, uint64_t offset, const std::string& why,
+                      const std::string& member) const {
+  throw TarError(kind, offset, why, name_ + ": " + why, member);
 }
 
 std::optional<TarMember> TarScanner::Next() {
@@ -127,10 +128,12 @@ std::optional<TarMember> TarScanner::Next() {
     }
     const uint64_t data_offset = at + kTarBlock;
     if (header.size > size_ - data_offset) {
+      const std::string member = long_name.empty() ? header.name : long_name;
       Fail(TarError::Kind::kTruncated, at,
-           "ends at byte " + std::to_string(size_) + " inside member '" +
-               (long_name.empty() ? header.name : long_name) + "', whose header at byte offset " +
-               std::to_string(at) + " says " + std::to_string(header.size) + " bytes");
+           "ends at byte " + std::to_string(size_) + " inside member '" + member +
+               "', whose header at byte offset " + std::to_string(at) + " says " +
+               std::to_string(header.size) + " bytes",
+           member);
     }
     // Padding past the end is tolerated: some writers omit the last member's.
     offset_ = std::min<uint64_t>(size_, data_offset + TarPadded(header.size));

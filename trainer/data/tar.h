@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace elastic::trainer {
 
@@ -66,14 +67,26 @@ class TarError : public std::runtime_error {
     kCorrupt,    // a block where a header should be is not one
     kTruncated,  // the bytes end inside a header or a member, or before the end-of-archive block
   };
-  TarError(Kind kind, uint64_t offset, const std::string& what)
-      : std::runtime_error(what), kind_(kind), offset_(offset) {}
+  TarError(Kind kind, uint64_t offset, std::string reason, const std::string& what,
+           std::string member = "")
+      : std::runtime_error(what),
+        kind_(kind),
+        offset_(offset),
+        reason_(std::move(reason)),
+        member_(std::move(member)) {}
   Kind kind() const { return kind_; }
+  // Where the block that failed starts (the archive's size: it ends there).
   uint64_t offset() const { return offset_; }
+  // what() without the archive's name.
+  const std::string& reason() const { return reason_; }
+  // The member whose data the archive ends in; "" otherwise.
+  const std::string& member() const { return member_; }
 
  private:
   Kind kind_;
   uint64_t offset_;
+  std::string reason_;
+  std::string member_;
 };
 
 // Walks the members of an uncompressed tar archive held in memory (a mapped
@@ -97,7 +110,8 @@ class TarScanner {
   int64_t headers_read() const { return headers_read_; }
 
  private:
-  [[noreturn]] void Fail(TarError::Kind kind, uint64_t offset, const std::string& why) const;
+  [[noreturn]] void Fail(TarError::Kind kind, uint64_t offset, const std::string& why,
+                         const std::string& member = "") const;
 
   std::string name_;
   const uint8_t* data_;
