@@ -2,8 +2,13 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -206,8 +211,8 @@ void ImageIndex::SetStatistics(ChannelStatistics stats) {
   statistics.push_back(std::move(stats));
 }
 
-ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous,
-                        const HeaderProbe& probe) {
+ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous, const HeaderProbe& probe,
+                        int threads) {
   // What the older index knows: path -> (size, verdict).
   std::unordered_map<std::string_view, std::pair<uint64_t, const std::string*>> known;
   if (previous != nullptr) {
@@ -222,18 +227,43 @@ ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous,
   ImageIndex index;
   index.key = ListingKey(listing);
   index.unreadable.resize(listing.splits.size());
+  std::vector<std::pair<size_t, size_t>> to_probe;  // (split, image)
   for (size_t s = 0; s < listing.splits.size(); ++s) {
     const std::vector<ListedImage>& images = listing.splits[s].images;
-    index.unreadable[s].reserve(images.size());
-    for (const ListedImage& image : images) {
-      const auto it = known.find(image.path);
-      if (it != known.end() && it->second.first == image.size) {
-        index.unreadable[s].push_back(*it->second.second);
+    index.unreadable[s].resize(images.size());
+    for (size_t i = 0; i < images.size(); ++i) {
+      const auto it = known.find(images[i].path);
+      if (it != known.end() && it->second.first == images[i].size) {
+        index.unreadable[s][i] = *it->second.second;
       } else {
-        index.unreadable[s].push_back(probe(image.path));
+        to_probe.emplace_back(s, i);
       }
     }
   }
+  // Each probe writes its own verdict: the threads share nothing but the
+  // counter that hands out the work.
+  std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto work = [&] {
+    try {
+      for (size_t k; (k = next.fetch_add(1)) < to_probe.size();) {
+        const auto [s, i] = to_probe[k];
+        index.unreadable[s][i] = probe(listing.splits[s].images[i].path);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next.store(to_probe.size());  // the others stop too
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t helpers = std::min<size_t>(threads > 1 ? threads - 1 : 0, to_probe.size() / 64);
+  for (size_t t = 0; t < helpers; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+
   index.listing = std::move(listing);
   if (previous != nullptr && ReadableTrainingImages(*previous) == ReadableTrainingImages(index)) {
     index.statistics = previous->statistics;

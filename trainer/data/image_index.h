@@ -87,11 +87,13 @@ struct ImageIndex {
 using HeaderProbe = std::function<std::string(const std::string& relative_path)>;
 
 // The index of `listing`. An image that `previous` (may be null) lists with
-// the same path and size keeps its verdict; only the others are probed. The
-// statistics carry over when the readable training images are the same files
-// in the same order (they are measured on those alone).
-ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous,
-                        const HeaderProbe& probe);
+// the same path and size keeps its verdict; only the others are probed, each
+// once, by up to `threads` threads at a time (a probe is one small read,
+// waiting on the disk when the page cache is cold; `probe` must then be
+// thread-safe). The statistics carry over when the readable training images
+// are the same files in the same order (they are measured on those alone).
+ImageIndex IndexListing(FolderListing listing, const ImageIndex* previous, const HeaderProbe& probe,
+                        int threads = 1);
 
 // A file that is not an intact index of this version; what() says why.
 class IndexFormatError : public std::runtime_error {

@@ -10,7 +10,9 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -146,6 +148,32 @@ TEST(ImageIndex, StatisticsCarryOverWhileTheTrainingImagesAreTheSame) {
   FolderListing train_added = SmallListing();
   train_added.splits[0].images.push_back({"train/dog/3.png", 3, 1});
   EXPECT_EQ(IndexListing(train_added, &before, probe.Fn()).StatisticsFor(32), nullptr);
+}
+
+TEST(ImageIndex, ProbesOnSeveralThreadsGiveTheSameIndexProbingEachImageOnce) {
+  FolderListing listing = SmallListing();
+  for (int i = 0; i < 2000; ++i) {
+    listing.splits[0].images.push_back(
+        {"train/dog/many" + std::to_string(i) + (i % 7 == 0 ? "bad.png" : ".png"), 10, 1});
+  }
+  std::mutex mutex;
+  std::multiset<std::string> probed;
+  const HeaderProbe probe = [&](const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex);
+    probed.insert(path);
+    return path.find("bad") != std::string::npos ? std::string("not a PNG") : std::string();
+  };
+  const ImageIndex threaded = IndexListing(listing, nullptr, probe, 8);
+  EXPECT_EQ(probed.size(), 2005u);
+  for (const std::string& path : probed) EXPECT_EQ(probed.count(path), 1u) << path;
+  RecordingProbe one;
+  EXPECT_EQ(threaded.unreadable, IndexListing(listing, nullptr, one.Fn(), 1).unreadable);
+  // A probe that fails (not a verdict: an error) fails the whole index.
+  const HeaderProbe failing = [](const std::string& path) -> std::string {
+    if (path == "train/dog/many1234.png") throw std::runtime_error("out of memory");
+    return "";
+  };
+  EXPECT_THROW(IndexListing(listing, nullptr, failing, 8), std::runtime_error);
 }
 
 TEST(ImageIndex, StatisticsAreKeptPerImageSize) {
