@@ -23,9 +23,17 @@ namespace {
 // jumped, so every such function does nothing but C calls after its setjmp
 // and throws only from the branch that the jump takes.
 
+// A file, or an image in memory read through the same FILE* interface
+// (fmemopen), so that both codecs' stdio sources serve either.
 class File {
  public:
   explicit File(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "rb")) {
+    if (file_ == nullptr) Fail(std::string("cannot open (") + std::strerror(errno) + ")");
+  }
+  explicit File(const EncodedImage& image) : path_(image.name) {
+    if (image.size == 0) Fail("empty file");
+    // Opened for reading only: fmemopen never writes to the (read-only) mapping.
+    file_ = fmemopen(const_cast<uint8_t*>(image.data), image.size, "rb");
     if (file_ == nullptr) Fail(std::string("cannot open (") + std::strerror(errno) + ")");
   }
   ~File() { std::fclose(file_); }
@@ -38,7 +46,7 @@ class File {
 
  private:
   std::string path_;
-  FILE* file_;
+  FILE* file_ = nullptr;
 };
 
 ImageFormat FormatOf(const File& file) {
@@ -310,6 +318,12 @@ RgbImage DecodeImage(const std::string& path, int64_t min_width, int64_t min_hei
   return DecodePng(file);
 }
 
+RgbImage DecodeImage(const EncodedImage& image, int64_t min_width, int64_t min_height) {
+  const File file(image);
+  if (FormatOf(file) == ImageFormat::kJpeg) return DecodeJpeg(file, min_width, min_height);
+  return DecodePng(file);
+}
+
 void ResizeBilinear(const uint8_t* src, int64_t src_width, int64_t src_height, int64_t channels,
                     uint8_t* dst, int64_t dst_width, int64_t dst_height) {
   const Taps across = TapsFor(src_width, dst_width);
@@ -345,8 +359,9 @@ void ResizeBilinear(const uint8_t* src, int64_t src_width, int64_t src_height, i
   }
 }
 
-RgbImage LoadRgbImage(const std::string& path, int64_t width, int64_t height) {
-  RgbImage decoded = DecodeImage(path, width, height);
+namespace {
+
+RgbImage Resized(RgbImage decoded, int64_t width, int64_t height) {
   if (decoded.width == width && decoded.height == height) return decoded;
   RgbImage resized;
   resized.width = width;
@@ -355,6 +370,16 @@ RgbImage LoadRgbImage(const std::string& path, int64_t width, int64_t height) {
   ResizeBilinear(decoded.pixels.data(), decoded.width, decoded.height, 3, resized.pixels.data(),
                  width, height);
   return resized;
+}
+
+}  // namespace
+
+RgbImage LoadRgbImage(const std::string& path, int64_t width, int64_t height) {
+  return Resized(DecodeImage(path, width, height), width, height);
+}
+
+RgbImage LoadRgbImage(const EncodedImage& image, int64_t width, int64_t height) {
+  return Resized(DecodeImage(image, width, height), width, height);
 }
 
 }  // namespace elastic::trainer

@@ -7,6 +7,7 @@
 // and fill the rest with gray; PIL raises "image file is truncated").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,17 @@ struct RgbImage {
 // size). Throws ImageDecodeError for a file that is not a readable JPEG or PNG.
 RgbImage DecodeImage(const std::string& path, int64_t min_width = 0, int64_t min_height = 0);
 
+// An encoded JPEG or PNG image in memory: a member of a mapped WebDataset
+// shard. `name` names it in errors ("train/shard-000003.tar at byte 1536").
+struct EncodedImage {
+  std::string name;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// DecodeImage of an image in memory (through fmemopen: the codecs read it as a file).
+RgbImage DecodeImage(const EncodedImage& image, int64_t min_width = 0, int64_t min_height = 0);
+
 // Resamples an image of `channels` interleaved uint8 values per pixel to
 // dst_width x dst_height with a triangle (bilinear) filter whose support
 // widens with the reduction, as PIL's resize(BILINEAR) does, so a large
@@ -67,5 +79,6 @@ void ResizeBilinear(const uint8_t* src, int64_t src_width, int64_t src_height, i
 // DecodeImage, then ResizeBilinear to width x height (no resampling when
 // the decoded size already is that).
 RgbImage LoadRgbImage(const std::string& path, int64_t width, int64_t height);
+RgbImage LoadRgbImage(const EncodedImage& image, int64_t width, int64_t height);
 
 }  // namespace elastic::trainer
