@@ -120,6 +120,17 @@ TEST(FlagsTest, UserDataNeedsItsDirectoryAndImageSizeItsDataSet) {
   EXPECT_EQ(ParseError({"--dataset=image-folder", "--data-dir=d", "--image-index=0123",
                         "--image-index-dir=/tmp"}),
             "");
+  // A WebDataset is images too: resized, indexed once, pinned.
+  EXPECT_NE(ParseError({"--dataset=webdataset"})
+                .find("--data-dir is needed with "
+                      "--dataset=webdataset"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--dataset=webdataset", "--data-dir=d", "--image-size=64",
+                        "--image-index=0123", "--image-index-dir=/tmp"}),
+            "");
+  EXPECT_NE(ParseError({"--dataset=npy", "--data-dir=d", "--image-size=64"})
+                .find("--image-size applies to --dataset=image-folder or webdataset only"),
+            std::string::npos);
 }
 
 TEST(FlagsTest, RejectsUnknownModelAndListsKnownOnes) {

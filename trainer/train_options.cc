@@ -22,26 +22,32 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "language model's token stream, --data-dir holds train.bin and val.bin (flat "
               "uint16 or uint32 token ids, as nanoGPT's prepare.py writes them) and meta.json "
               "({\"vocab_size\": V, \"dtype\": \"uint16\"}); a sample is a window of --context + 1 "
-              "tokens, the model maps [N, T] int64 tokens to [N, T, V] logits.",
-              {"cifar10", "fashion-mnist", "image-folder", "npy", "tokens"});
+              "tokens, the model maps [N, T] int64 tokens to [N, T, V] logits. webdataset: "
+              "--data-dir holds train/ and test/ (or val/) of WebDataset shards, uncompressed "
+              ".tar files whose members KEY.jpg, KEY.jpeg or KEY.png and KEY.cls (the class "
+              "index as decimal text) make one sample per KEY, read in place through an index "
+              "built once per job.",
+              {"cifar10", "fashion-mnist", "image-folder", "npy", "tokens", "webdataset"});
   f.AddString("data-dir", &o.data_dir,
               "Directory with the data set's files; empty: the standard place (CIFAR-10 is "
               "downloaded to a cache, Fashion-MNIST is read from /usr/share/datasets); needed "
-              "for image-folder, npy and tokens.");
+              "for image-folder, npy, tokens and webdataset.");
   f.AddInt("context", &o.context,
            "tokens: tokens a window gives the model (its targets are the same shifted by one); "
            "at most the model's position table.");
   f.AddInt("image-size", &o.image_size,
-           "image-folder: every image is resized to this many pixels square.");
+           "image-folder and webdataset: every image is resized to this many pixels square.");
   f.AddString("image-index-dir", &o.image_index_dir,
-              "image-folder: where the folder's index is kept (its listing, labels, header checks "
-              "and normalisation, built once per job and read by every other process); empty: "
-              "beside the data (DIR/.elastic-image-index) when that directory is writable, else "
-              "in the cache ($ELASTIC_CACHE or ~/.cache/elastic, image-index/).");
+              "image-folder and webdataset: where the data set's index is kept (its listing, "
+              "labels, header checks or sample offsets, and normalisation, built once per job "
+              "and read by every other process); empty: beside the data "
+              "(DIR/.elastic-image-index, DIR/.elastic-webdataset-index) when that directory is "
+              "writable, else in the cache ($ELASTIC_CACHE or ~/.cache/elastic, image-index/).");
   f.AddString("image-index", &o.image_index,
-              "image-folder: the key of the index every process of the job reads instead of "
-              "listing and probing the folder. The driver sets it for its workers and joiners "
-              "once it has indexed the folder; empty: list the folder and index what is there.");
+              "image-folder and webdataset: the key of the index every process of the job reads "
+              "instead of listing and probing the folder or scanning the shards. The driver sets "
+              "it for its workers and joiners once it has indexed the data; empty: list the data "
+              "and index what is there.");
   f.AddInt("train-samples", &o.train_samples,
            "Train on the first N training images only; 0: all of them.");
   f.AddInt("test-samples", &o.test_samples,
@@ -185,14 +191,15 @@ void ValidateTrainOptions(const TrainOptions& o, const std::vector<std::string>&
   }
   Require(o.image_size >= 8 && o.image_size <= 4096, "image-size",
           "must be in [8, 4096], got " + Show(o.image_size));
-  Require(o.image_size == 32 || o.dataset == "image-folder", "image-size",
-          "applies to --dataset=image-folder only");
-  Require(o.image_index.empty() || o.dataset == "image-folder", "image-index",
-          "applies to --dataset=image-folder only");
-  Require(o.image_index_dir.empty() || o.dataset == "image-folder", "image-index-dir",
-          "applies to --dataset=image-folder only");
+  const bool images = o.dataset == "image-folder" || o.dataset == "webdataset";
+  Require(o.image_size == 32 || images, "image-size",
+          "applies to --dataset=image-folder or webdataset only");
+  Require(o.image_index.empty() || images, "image-index",
+          "applies to --dataset=image-folder or webdataset only");
+  Require(o.image_index_dir.empty() || images, "image-index-dir",
+          "applies to --dataset=image-folder or webdataset only");
   Require(!o.data_dir.empty() || o.list_models ||
-              (o.dataset != "image-folder" && o.dataset != "npy" && o.dataset != "tokens"),
+              (!images && o.dataset != "npy" && o.dataset != "tokens"),
           "data-dir", "is needed with --dataset=" + o.dataset);
   Require(o.context >= 1, "context", "must be >= 1, got " + Show(o.context));
   Require(o.train_samples >= 0, "train-samples", "must be >= 0, got " + Show(o.train_samples));

@@ -18,9 +18,9 @@ struct TrainOptions {
   bool list_models = false;
   std::string dataset = "cifar10";
   std::string data_dir;
-  int64_t image_size = 32;      // image-folder: pixels per side
-  std::string image_index;      // image-folder: the key of the job's index (the driver sets it)
-  std::string image_index_dir;  // image-folder: where its index is kept; empty: beside or cache
+  int64_t image_size = 32;      // image-folder, webdataset: pixels per side
+  std::string image_index;      // image-folder, webdataset: the job's index (the driver sets it)
+  std::string image_index_dir;  // image-folder, webdataset: where the index is; empty: beside/cache
   int64_t context = 256;        // tokens: tokens per window the model reads
   int64_t train_samples = 0;    // 0: the whole training set
   int64_t test_samples = 0;     // 0: the whole test set

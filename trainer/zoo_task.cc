@@ -10,6 +10,7 @@
 #include "trainer/data/loader.h"
 #include "trainer/data/token_stream.h"
 #include "trainer/data/user_data.h"
+#include "trainer/data/webdataset.h"
 
 namespace elastic::trainer {
 namespace {
@@ -82,7 +83,7 @@ Task UserDataTask(const TrainOptions& options, UserData data) {
   task.test = std::move(data.test);
   task.objective = std::make_shared<Classification>(classes, options.label_smoothing);
   // The job's other processes read the index this one found or built,
-  // instead of listing and probing the folder again.
+  // instead of listing and probing the folder (or scanning the shards) again.
   if (!data.index_key.empty() && options.image_index.empty()) {
     task.job_flags.push_back("--image-index=" + data.index_key);
   }
@@ -139,6 +140,10 @@ Task ZooTaskFromOptions(const TrainOptions& options) {
   if (options.dataset == "image-folder") {
     return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size,
                                                  {options.image_index_dir, options.image_index}));
+  }
+  if (options.dataset == "webdataset") {
+    return UserDataTask(options, LoadWebDataset(options.data_dir, options.image_size,
+                                                {options.image_index_dir, options.image_index}));
   }
   // The training split first: a bad --data-dir is reported for it.
   std::shared_ptr<const Dataset> train =

@@ -21,7 +21,7 @@ void SetModel(const TrainOptions& options, int64_t classes, Task& task);
 Task ZooTask(const TrainOptions& options, std::shared_ptr<const Dataset> train,
              std::shared_ptr<const Dataset> test);
 
-// --model (or --model-file) on a user's data set (--dataset npy or image-folder).
+// --model (or --model-file) on a user's data set (--dataset npy, image-folder or webdataset).
 Task UserDataTask(const TrainOptions& options, UserData data);
 
 // A language model (--model-file: [N, T] int64 tokens to [N, T, V] logits) on
