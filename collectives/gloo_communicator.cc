@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/gloo_abortable_buffers.h"
 #include "collectives/gloo_mesh.h"
 #include "collectives/gloo_pair_proof.h"
 #include "collectives/half.h"
@@ -23,11 +24,21 @@ namespace {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
+// Gloo's barrier options, with the buffer they make exposed so that Abort()
+// can poke it (gloo_abortable_buffers.h).
+class PokableBarrierOptions : public gloo::BarrierOptions {
+ public:
+  using gloo::BarrierOptions::BarrierOptions;
+  gloo::transport::UnboundBuffer* buffer_in_use() const { return buffer.get(); }
+};
+
 template <typename T>
-void RunAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, size_t count,
-                  uint32_t tag, Timeout timeout) {
+void RunAllreduce(const std::shared_ptr<gloo::Context>& context, LiveBuffers& live, void* data,
+                  size_t count, uint32_t tag, Timeout timeout) {
   gloo::AllreduceOptions options(context);
-  options.setOutput(static_cast<T*>(data), count);
+  auto output = context->createUnboundBuffer(data, count * sizeof(T));
+  const LiveBuffers::Scope scope(live, {output.get()});
+  options.setOutput<T>(std::move(output));
   options.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<T>));
   options.setTag(tag);
   options.setTimeout(timeout);
@@ -74,15 +85,24 @@ class GlooCommunicator : public Communicator {
       // waits for it until their timeout.
       tripwire_.Trip();
     });
+    aborter_ = std::make_unique<CollectiveAborter>(
+        live_, [queue = queue_.get()] { return queue->busy(); });
   }
 
   ~GlooCommunicator() override {
     // If an operation is still running (its peers never came), wake it so the
     // queue's thread can be joined now rather than at the operation's timeout.
     aborted_ = true;
-    queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("communicator destroyed"))));
-    if (queue_->busy()) tripwire_.Trip();
+    const auto error =
+        std::make_exception_ptr(CollectiveAborted(Describe("communicator destroyed")));
+    queue_->Fail(error);
+    if (queue_->busy()) {
+      tripwire_.Trip();
+      aborter_->Start();
+    }
+    aborter_->Finish();  // the operation in flight has ended
     queue_.reset();
+    aborter_.reset();
     context_.reset();
     device_.reset();
   }
@@ -91,8 +111,12 @@ class GlooCommunicator : public Communicator {
 
   void Abort() override {
     aborted_ = true;
-    queue_->Fail(std::make_exception_ptr(CollectiveAborted(Describe("aborted"))));
+    const auto error = std::make_exception_ptr(CollectiveAborted(Describe("aborted")));
+    queue_->Fail(error);
     tripwire_.Trip();
+    // Wakes what the sockets' shutdown does not (a send already in Gloo's
+    // transmit queue): gloo_abortable_buffers.h.
+    aborter_->Start();
   }
 
  protected:
@@ -104,23 +128,23 @@ class GlooCommunicator : public Communicator {
       if (count == 0 || size() == 1) return;
       switch (type) {
         case DataType::kFloat32:
-          RunAllreduce<float>(context_, data, count, tag, timeout);
+          RunAllreduce<float>(context_, live_, data, count, tag, timeout);
           break;
         case DataType::kFloat64:
-          RunAllreduce<double>(context_, data, count, tag, timeout);
+          RunAllreduce<double>(context_, live_, data, count, tag, timeout);
           break;
         case DataType::kInt64:
-          RunAllreduce<int64_t>(context_, data, count, tag, timeout);
+          RunAllreduce<int64_t>(context_, live_, data, count, tag, timeout);
           break;
         case DataType::kFloat16:
-          RunAllreduce<gloo::float16>(context_, data, count, tag, timeout);
+          RunAllreduce<gloo::float16>(context_, live_, data, count, tag, timeout);
           break;
         case DataType::kBFloat16: {
           // Gloo cannot add bfloat16: widen, reduce as float32 (which also
           // avoids compounding rounding across ranks), narrow once at the end.
           std::vector<float> wide(count);
           WidenToFloat(type, data, wide.data(), count);
-          RunAllreduce<float>(context_, wide.data(), count, tag, timeout);
+          RunAllreduce<float>(context_, live_, wide.data(), count, tag, timeout);
           if (op == ReduceOp::kAverage)
             DivideInPlace(DataType::kFloat32, wide.data(), count, size());
           NarrowFromFloat(type, wide.data(), data, count);
@@ -139,7 +163,9 @@ class GlooCommunicator : public Communicator {
     return Submit(what, timeout, [=](uint32_t tag) {
       if (bytes == 0 || size() == 1) return;
       gloo::BroadcastOptions options(context_);
-      options.setOutput(static_cast<uint8_t*>(data), bytes);
+      auto output = context_->createUnboundBuffer(data, bytes);
+      const LiveBuffers::Scope scope(live_, {output.get()});
+      options.setOutput<uint8_t>(std::move(output));
       options.setRoot(root);
       options.setTag(tag);
       options.setTimeout(timeout);
@@ -160,8 +186,11 @@ class GlooCommunicator : public Communicator {
       }
       gloo::AllgatherOptions options(context_);
       // Gloo reads the input through a non-const pointer but does not write it.
-      options.setInput(static_cast<uint8_t*>(const_cast<void*>(input)), bytes);
-      options.setOutput(static_cast<uint8_t*>(output), bytes * size());
+      auto in = context_->createUnboundBuffer(const_cast<void*>(input), bytes);
+      auto out = context_->createUnboundBuffer(output, bytes * size());
+      const LiveBuffers::Scope scope(live_, {in.get(), out.get()});
+      options.setInput<uint8_t>(std::move(in));
+      options.setOutput<uint8_t>(std::move(out));
       options.setTag(tag);
       options.setTimeout(timeout);
       gloo::allgather(options);
@@ -171,7 +200,8 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> DoBarrier(Timeout timeout) override {
     return Submit(Describe("barrier"), timeout, [=](uint32_t tag) {
       if (size() == 1) return;
-      gloo::BarrierOptions options(context_);
+      PokableBarrierOptions options(context_);
+      const LiveBuffers::Scope scope(live_, {options.buffer_in_use()});
       options.setTag(tag);
       options.setTimeout(timeout);
       gloo::barrier(options);
@@ -194,6 +224,11 @@ class GlooCommunicator : public Communicator {
       const uint32_t tag = next_tag_++;
       try {
         run(tag);
+        // A poked wait returns early: what an aborted operation leaves in
+        // its buffers is no result.
+        if (aborted_) throw CollectiveAborted(what + ": aborted");
+      } catch (const CollectiveAborted&) {
+        throw;
       } catch (const std::exception& e) {
         const std::string message = e.what();
         // (Never touch queue_ here: the destructor resets it while this runs.)
@@ -210,9 +245,11 @@ class GlooCommunicator : public Communicator {
   SocketTripwire tripwire_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  LiveBuffers live_;                  // the buffers of the operation in flight, poked after Abort
   std::atomic<bool> aborted_{false};  // Abort() or destruction began
   uint32_t next_tag_ = 0;             // only touched on the queue's thread
   std::unique_ptr<OpQueue> queue_;
+  std::unique_ptr<CollectiveAborter> aborter_;  // pokes live_ while queue_'s operation unwinds
 };
 
 }  // namespace
