@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -111,32 +112,32 @@ ListedSplit ListSplit(const std::string& root, const std::string& name) {
 }
 
 // Warns about the files of the index that are skipped or ignored.
-void WarnAboutSkipped(const std::string& dir, const ImageIndex& index) {
-  size_t unreadable = 0, ignored = 0, candidates = 0;
+void WarnAboutSkipped(const std::string& dir, const IndexView& view) {
+  int64_t unreadable = 0, ignored = 0, candidates = 0;
+  size_t named_unreadable = 0, named_ignored = 0;
   std::string unreadable_list, ignored_list;
-  for (size_t s = 0; s < index.listing.splits.size(); ++s) {
-    const ListedSplit& split = index.listing.splits[s];
-    candidates += split.images.size();
-    for (size_t i = 0; i < split.images.size(); ++i) {
-      const std::string& why = index.unreadable[s][i];
-      if (why.empty()) continue;
-      if (unreadable++ < kNamedFiles) {
-        unreadable_list += (unreadable > 1 ? ", " : "") + split.images[i].path + " (" + why + ")";
+  for (const IndexView::Split& split : view.splits) {
+    candidates += split.images;
+    unreadable += split.unreadable_count;
+    ignored += split.ignored_count;
+    for (const auto& [path, why] : split.unreadable) {
+      if (named_unreadable++ < kNamedFiles) {
+        unreadable_list += (named_unreadable > 1 ? ", " : "") + path + " (" + why + ")";
       }
     }
     for (const std::string& f : split.ignored) {
-      if (ignored++ < kNamedFiles) ignored_list += (ignored > 1 ? ", " : "") + f;
+      if (named_ignored++ < kNamedFiles) ignored_list += (named_ignored > 1 ? ", " : "") + f;
     }
   }
   if (unreadable > 0) {
     std::cerr << "warning: image-folder " << dir << ": skipped " << unreadable << " of "
               << candidates << " files that are not readable JPEG/PNG images: " << unreadable_list
-              << (unreadable > kNamedFiles ? ", ..." : "") << "\n";
+              << (unreadable > static_cast<int64_t>(kNamedFiles) ? ", ..." : "") << "\n";
   }
   if (ignored > 0) {
     std::cerr << "warning: image-folder " << dir << ": ignored " << ignored
               << " files without a .jpg, .jpeg or .png extension: " << ignored_list
-              << (ignored > kNamedFiles ? ", ..." : "") << "\n";
+              << (ignored > static_cast<int64_t>(kNamedFiles) ? ", ..." : "") << "\n";
   }
 }
 
@@ -217,7 +218,7 @@ ImageFolderCounters ImageFolderCountersNow() {
 
 void CountIndexBuilt() { indexes_built.fetch_add(1); }
 
-void WriteImageFolderCountersForTests(const std::string& index_source) {
+void WriteImageFolderCountersForTests(const std::string& index_source, double load_seconds) {
   const char* dir = std::getenv("ELASTIC_IMAGE_FOLDER_COUNTERS");
   if (dir == nullptr || *dir == '\0') return;
   const ImageFolderCounters c = ImageFolderCountersNow();
@@ -229,7 +230,8 @@ void WriteImageFolderCountersForTests(const std::string& index_source) {
         << "\", \"folders_listed\": " << c.folders_listed
         << ", \"headers_probed\": " << c.headers_probed
         << ", \"statistics_decodes\": " << c.statistics_decodes
-        << ", \"indexes_built\": " << c.indexes_built << "}\n";
+        << ", \"indexes_built\": " << c.indexes_built << ", \"load_seconds\": " << load_seconds
+        << "}\n";
     if (!out) {
       std::cerr << "warning: cannot write " << temp << "\n";
       return;
@@ -286,23 +288,23 @@ PixelNormalizer MeasureImageNormalization(const std::vector<ImageFile>& files, i
   return moments.Normalizer();
 }
 
-ImageFolderExamples::ImageFolderExamples(std::string name, std::vector<ImageFile> files,
+ImageFolderExamples::ImageFolderExamples(std::string name,
+                                         std::shared_ptr<const ImageFileTable> files,
                                          int64_t image_size, PixelNormalizer normalizer)
     : name_(std::move(name)),
       files_(std::move(files)),
       image_size_(image_size),
       normalizer_(std::move(normalizer)),
       padding_(CropPaddingFor(image_size, image_size)) {
-  if (files_.empty()) throw std::invalid_argument(name_ + ": no image files");
+  if (!files_ || files_->size() == 0) throw std::invalid_argument(name_ + ": no image files");
   if (image_size_ < 1) throw std::invalid_argument(name_ + ": image size must be >= 1");
   if (normalizer_.channels() != 3) throw std::invalid_argument(name_ + ": need an RGB normaliser");
 }
 
 void ImageFolderExamples::Build(int64_t index, const CropFlip& crop, float* dst,
                                 PixelLayout layout) const {
-  const ImageFile& file = files_[index];
   try {
-    const RgbImage image = LoadRgbImage(file.path, image_size_, image_size_);
+    const RgbImage image = LoadRgbImage(files_->path(index), image_size_, image_size_);
     normalizer_.Apply(image.pixels.data(), PixelLayout::kHWC, image_size_, image_size_, crop, dst,
                       layout);
   } catch (const ImageDecodeError& e) {
@@ -339,28 +341,31 @@ Batch ImageFolderExamples::Get(const std::vector<int64_t>& indices,
                               ? RandomCropFlip(request.seed, request.epoch, sample, padding_)
                               : CentredCrop(padding_);
     Build(sample, crop, out + i * 3 * s * s, layout);
-    targets[i] = files_[sample].label;
+    targets[i] = files_->label(sample);
   }
   return batch;
 }
 
 UserData LoadImageFolder(const std::string& dir, int64_t image_size,
                          const ImageIndexOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
   if (image_size < 1) Fail("image size must be >= 1, got " + std::to_string(image_size));
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) Fail(dir + " is not a directory");
-  ObtainedIndex obtained = ObtainImageIndex(dir, image_size, options, std::cerr);
-  const ImageIndex& index = obtained.index;
-  WarnAboutSkipped(dir, index);
+  ViewedIndex index = LoadImageIndex(dir, image_size, options, std::cerr);
+  IndexView& view = index.view;
+  WarnAboutSkipped(dir, view);
 
   // The test split's classes must be training classes; its labels are the
   // training split's indices of the same names (torchvision would number
   // each split's folders on its own, which silently mislabels a subset).
-  const ListedSplit& train = index.listing.splits.at(0);
-  const ListedSplit& test = index.listing.splits.at(1);
-  std::map<std::string, int64_t> train_index;
-  for (size_t k = 0; k < train.class_names.size(); ++k) train_index[train.class_names[k]] = k;
-  std::vector<int64_t> relabel;
+  IndexView::Split& train = view.splits.at(0);
+  IndexView::Split& test = view.splits.at(1);
+  std::map<std::string, int32_t> train_index;
+  for (size_t k = 0; k < train.class_names.size(); ++k) {
+    train_index[train.class_names[k]] = static_cast<int32_t>(k);
+  }
+  std::vector<int32_t> relabel;
   for (const std::string& name : test.class_names) {
     const auto it = train_index.find(name);
     if (it == train_index.end()) {
@@ -369,12 +374,12 @@ UserData LoadImageFolder(const std::string& dir, int64_t image_size,
     }
     relabel.push_back(it->second);
   }
-  std::vector<ImageFile> test_files = ReadableImages(dir, index, 1);
-  for (ImageFile& f : test_files) f.label = relabel[f.label];
+  for (ImageRef& image : test.readable) image.label = relabel[image.label];
 
-  const ChannelStatistics* stats = index.StatisticsFor(image_size);
+  const ChannelStatistics* stats = view.StatisticsFor(image_size);
   if (stats == nullptr) throw std::logic_error("image-folder: the index has no statistics");
   PixelNormalizer normalizer(stats->mean, stats->std);
+  const std::string root = WithoutTrailingSlash(dir);
   UserData data;
   data.channels = 3;
   data.height = image_size;
@@ -382,12 +387,18 @@ UserData LoadImageFolder(const std::string& dir, int64_t image_size,
   data.class_names = train.class_names;
   data.mean = normalizer.mean();
   data.std = normalizer.std();
-  data.index_key = index.key;
+  data.index_key = view.key;
   data.train = std::make_shared<ImageFolderExamples>(
-      "image-folder-train", ReadableImages(dir, index, 0), image_size, normalizer);
-  data.test = std::make_shared<ImageFolderExamples>("image-folder-test", std::move(test_files),
-                                                    image_size, normalizer);
-  WriteImageFolderCountersForTests(ToString(obtained.source));
+      "image-folder-train",
+      std::make_shared<IndexedFileTable>(index.owner, index.bytes, root, std::move(train.readable)),
+      image_size, normalizer);
+  data.test = std::make_shared<ImageFolderExamples>(
+      "image-folder-test",
+      std::make_shared<IndexedFileTable>(index.owner, index.bytes, root, std::move(test.readable)),
+      image_size, normalizer);
+  WriteImageFolderCountersForTests(
+      ToString(index.source),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return data;
 }
 

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/data/examples.h"
@@ -69,10 +71,12 @@ ImageFolderCounters ImageFolderCountersNow();
 void CountIndexBuilt();
 
 // When the environment variable ELASTIC_IMAGE_FOLDER_COUNTERS names a
-// directory, writes ImageFolderCountersNow() and how the index was obtained
-// to DIR/<pid>.json (atomically): the multi-process tests' window into each
-// worker. Called by LoadImageFolder; does nothing without the variable.
-void WriteImageFolderCountersForTests(const std::string& index_source);
+// directory, writes ImageFolderCountersNow(), how the index was obtained and
+// how long LoadImageFolder took (for bench/image_folder_start_bench.py; no
+// test reads a time) to DIR/<pid>.json (atomically): the multi-process
+// tests' window into each worker. Called by LoadImageFolder; does nothing
+// without the variable.
+void WriteImageFolderCountersForTests(const std::string& index_source, double load_seconds);
 
 // Lists `split_dir` as torchvision's ImageFolder does: every sub-folder is a
 // class, classes sorted by name; a class's images are the files below its
@@ -91,6 +95,52 @@ ImageFolderSplit ScanImageFolder(const std::string& split_dir);
 PixelNormalizer MeasureImageNormalization(const std::vector<ImageFile>& files, int64_t image_size,
                                           int64_t max_images = 1000);
 
+// The files an ImageFolderExamples reads: each sample's path and label.
+class ImageFileTable {
+ public:
+  virtual ~ImageFileTable() = default;
+  virtual int64_t size() const = 0;
+  virtual std::string path(int64_t i) const = 0;
+  virtual int64_t label(int64_t i) const = 0;
+};
+
+// Files given one by one (ScanImageFolder's, a benchmark's, a built index's).
+class ListedFileTable : public ImageFileTable {
+ public:
+  explicit ListedFileTable(std::vector<ImageFile> files) : files_(std::move(files)) {}
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  std::string path(int64_t i) const override { return files_[i].path; }
+  int64_t label(int64_t i) const override { return files_[i].label; }
+
+ private:
+  std::vector<ImageFile> files_;
+};
+
+// Files of an index read in place (IndexView): a path is `root`/ followed by
+// the bytes an ImageRef points to in `bytes`, which this table keeps alive
+// (a mapped index file: the processes of a machine share its pages).
+class IndexedFileTable : public ImageFileTable {
+ public:
+  IndexedFileTable(std::shared_ptr<const void> owner, const char* bytes, std::string root,
+                   std::vector<ImageRef> images)
+      : owner_(std::move(owner)),
+        bytes_(bytes),
+        root_(std::move(root)),
+        images_(std::move(images)) {}
+  int64_t size() const override { return static_cast<int64_t>(images_.size()); }
+  std::string path(int64_t i) const override {
+    const ImageRef& ref = images_[i];
+    return root_ + "/" + std::string(bytes_ + ref.path_offset, ref.path_size);
+  }
+  int64_t label(int64_t i) const override { return images_[i].label; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const char* bytes_;
+  std::string root_;
+  std::vector<ImageRef> images_;
+};
+
 // Images decoded when a batch is built (in Get, on the loader threads), so a
 // data set of any size costs only its list of files in memory. Inputs are
 // float [B, 3, image_size, image_size]: decoded, resized, and, when
@@ -104,16 +154,20 @@ PixelNormalizer MeasureImageNormalization(const std::vector<ImageFile>& files, i
 class ImageFolderExamples : public Examples {
  public:
   // Throws std::invalid_argument when there are no files or image_size < 1.
+  ImageFolderExamples(std::string name, std::shared_ptr<const ImageFileTable> files,
+                      int64_t image_size, PixelNormalizer normalizer);
   ImageFolderExamples(std::string name, std::vector<ImageFile> files, int64_t image_size,
-                      PixelNormalizer normalizer);
+                      PixelNormalizer normalizer)
+      : ImageFolderExamples(std::move(name), std::make_shared<ListedFileTable>(std::move(files)),
+                            image_size, std::move(normalizer)) {}
 
   std::string name() const override { return name_; }
-  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  int64_t size() const override { return files_->size(); }
   Batch Get(const std::vector<int64_t>& indices, const BatchRequest& request) const override;
 
   // Decodes that failed in Get since construction (one per sample built).
   int64_t failed_decodes() const { return failed_decodes_.load(); }
-  const std::vector<ImageFile>& files() const { return files_; }
+  const ImageFileTable& files() const { return *files_; }
   const PixelNormalizer& normalizer() const { return normalizer_; }
 
  private:
@@ -121,7 +175,7 @@ class ImageFolderExamples : public Examples {
   void Build(int64_t index, const CropFlip& crop, float* dst, PixelLayout layout) const;
 
   std::string name_;
-  std::vector<ImageFile> files_;
+  std::shared_ptr<const ImageFileTable> files_;
   int64_t image_size_;
   PixelNormalizer normalizer_;
   int64_t padding_;

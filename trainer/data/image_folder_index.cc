@@ -9,6 +9,7 @@
 #include "trainer/data/download.h"
 #include "trainer/data/image_folder.h"
 #include "trainer/data/image_index_store.h"
+#include "trainer/data/mapped_file.h"
 
 namespace elastic::trainer {
 namespace {
@@ -137,6 +138,36 @@ const char* ToString(IndexSource source) {
       return "built";
   }
   return "?";
+}
+
+ViewedIndex LoadImageIndex(const std::string& dir, int64_t image_size,
+                           const ImageIndexOptions& options, std::ostream& log) {
+  if (!options.pinned_key.empty()) {
+    const IndexPlaces places = PlacesOf(AbsoluteDir(dir), options, log);
+    for (const std::string& path : places.read) {
+      std::error_code ec;
+      if (!fs::exists(path, ec)) continue;
+      try {
+        auto file = std::make_shared<const MappedFile>(path, MappedFile::Access::kSequential);
+        const char* bytes = reinterpret_cast<const char*>(file->data());
+        IndexView view = ViewIndex(std::string_view(bytes, file->size()));
+        if (view.key != options.pinned_key || view.StatisticsFor(image_size) == nullptr) continue;
+        file->Advise(MappedFile::Access::kRandom);  // from now on, samples in shuffled order
+        return ViewedIndex{std::move(file), bytes, std::move(view), IndexSource::kPinned, path};
+      } catch (const std::exception&) {
+        // Unusable here: ObtainImageIndex reads it again and says why.
+      }
+    }
+  }
+  ObtainedIndex obtained = ObtainImageIndex(dir, image_size, options, log);
+  auto encoded = std::make_shared<const std::string>(EncodeIndex(obtained.index));
+  ViewedIndex viewed;
+  viewed.view = ViewIndex(*encoded);
+  viewed.bytes = encoded->data();
+  viewed.owner = std::move(encoded);
+  viewed.source = obtained.source;
+  viewed.path = std::move(obtained.path);
+  return viewed;
 }
 
 ObtainedIndex ObtainImageIndex(const std::string& dir, int64_t image_size,

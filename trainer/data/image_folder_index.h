@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -55,5 +56,22 @@ struct ObtainedIndex {
 // Layout errors of the folder are std::runtime_error, as LoadImageFolder's.
 ObtainedIndex ObtainImageIndex(const std::string& dir, int64_t image_size,
                                const ImageIndexOptions& options, std::ostream& log);
+
+// An index as training reads it: its bytes (a mapped file, or the encoding
+// of an index built or found in this process) and the view of them.
+struct ViewedIndex {
+  std::shared_ptr<const void> owner;  // keeps `bytes` alive
+  const char* bytes = nullptr;
+  IndexView view;  // with statistics for the image size asked for
+  IndexSource source = IndexSource::kBuilt;
+  std::string path;  // as ObtainedIndex::path
+};
+
+// What LoadImageFolder reads. With options.pinned_key, the pinned index is
+// mapped (MappedFile: the workers of a machine share its pages) and viewed
+// in place: no string per image, no copy, nothing listed or probed. When no
+// place holds it, or otherwise, ObtainImageIndex's index, encoded and viewed.
+ViewedIndex LoadImageIndex(const std::string& dir, int64_t image_size,
+                           const ImageIndexOptions& options, std::ostream& log);
 
 }  // namespace elastic::trainer

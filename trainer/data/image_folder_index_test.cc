@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <torch/torch.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -124,6 +125,46 @@ TEST_F(ImageFolderIndexTest, APinnedIndexIsReadWithoutListingAnything) {
   const UserData data = LoadImageFolder(dir.path(), 8, {"", key});
   EXPECT_EQ(data.train->size(), 8);
   EXPECT_EQ(data.index_key, key);
+}
+
+// A worker that reads its job's index in place gets the driver's examples:
+// the same files, labels (a test split of a subset of the classes), skipped
+// files and normalisation, so the same batches bit for bit.
+TEST_F(ImageFolderIndexTest, APinnedLoadGivesTheBuildersBatches) {
+  ScratchDir dir;
+  WriteFolder(dir.path(), 3, 5);
+  fs::remove_all(dir / "test/c0");
+  testing::WriteFile(dir / "train/c1/broken.png", {'n', 'o'});
+  ::testing::internal::CaptureStderr();
+  const UserData built = LoadImageFolder(dir.path(), 8);
+  const std::string built_warnings = ::testing::internal::GetCapturedStderr();
+  CounterDelta delta;
+  ::testing::internal::CaptureStderr();
+  const UserData pinned = LoadImageFolder(dir.path(), 8, {"", built.index_key});
+  const std::string pinned_warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(delta.Get().folders_listed, 0);
+  EXPECT_EQ(delta.Get().headers_probed, 0);
+  EXPECT_EQ(delta.Get().statistics_decodes, 0);
+  // The same warning (the builder also said it indexed the folder).
+  EXPECT_CONTAINS(built_warnings, pinned_warnings);
+  EXPECT_CONTAINS(pinned_warnings, "skipped 1 of 20 files");
+  EXPECT_EQ(pinned.class_names, built.class_names);
+  EXPECT_EQ(pinned.mean, built.mean);
+  EXPECT_EQ(pinned.std, built.std);
+  ASSERT_EQ(pinned.train->size(), 15);
+  ASSERT_EQ(pinned.test->size(), 4);
+  for (const auto& [a, b] :
+       {std::make_pair(built.train, pinned.train), std::make_pair(built.test, pinned.test)}) {
+    std::vector<int64_t> all(a->size());
+    for (int64_t i = 0; i < a->size(); ++i) all[i] = i;
+    const BatchRequest request{3, true, 1, false};
+    const Batch x = a->Get(all, request);
+    const Batch y = b->Get(all, request);
+    EXPECT_TRUE(torch::equal(x.inputs, y.inputs));
+    EXPECT_TRUE(torch::equal(x.targets, y.targets));
+  }
+  EXPECT_TRUE(torch::equal(pinned.test->Get({0, 1, 2, 3}, {}).targets,
+                           torch::tensor({1, 1, 2, 2})));  // c1 and c2: training indices
 }
 
 TEST_F(ImageFolderIndexTest, APinnedIndexThatIsMissingIsRebuiltOnlyForTheSameFiles) {

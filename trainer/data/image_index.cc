@@ -97,9 +97,11 @@ class Reader {
     std::memcpy(&v, Take(4, "a number"), 4);
     return v;
   }
-  std::string Str() {
+  std::string Str() { return std::string(View()); }
+  // A string in place: valid as long as the bytes are.
+  std::string_view View() {
     const uint32_t n = U32();
-    return std::string(Take(n, "a string"), n);
+    return std::string_view(Take(n, "a string"), n);
   }
   // A count of items of at least `min_bytes` each: one that the rest of the
   // file cannot hold is damage, refused before anything is reserved.
@@ -310,7 +312,14 @@ std::string EncodeIndex(const ImageIndex& index) {
   return std::move(file.out());
 }
 
-ImageIndex DecodeIndex(std::string_view bytes) {
+namespace {
+
+// Checks the envelope (magic, version, length, SHA-256) and walks the body,
+// telling `visitor` what it holds, in order: OnKey, then per split OnSplit,
+// OnImage for each image and OnIgnored for each ignored file, then
+// OnStatistics for each entry. Paths and verdicts are views into `bytes`.
+template <typename Visitor>
+void ParseIndex(std::string_view bytes, Visitor& visitor) {
   if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     throw IndexFormatError("not an image-folder index (no ELIMGIDX magic at its start)");
   }
@@ -339,35 +348,30 @@ ImageIndex DecodeIndex(std::string_view bytes) {
   }
 
   Reader in(body);
-  ImageIndex index;
-  index.key = in.Str();
+  visitor.OnKey(in.Str());
   const uint64_t splits = in.Count(4 + 8 + 8 + 8);
   for (uint64_t s = 0; s < splits; ++s) {
-    ListedSplit split;
-    split.name = in.Str();
+    std::string name = in.Str();
     const uint64_t classes = in.Count(4);
-    for (uint64_t k = 0; k < classes; ++k) split.class_names.push_back(in.Str());
+    std::vector<std::string> class_names;
+    for (uint64_t k = 0; k < classes; ++k) class_names.push_back(in.Str());
     const uint64_t images = in.Count(4 + 8 + 8 + 4);
-    split.images.reserve(images);
-    std::vector<std::string> unreadable;
-    unreadable.reserve(images);
+    visitor.OnSplit(std::move(name), std::move(class_names), images);
     for (uint64_t i = 0; i < images; ++i) {
-      ListedImage image;
-      image.path = in.Str();
-      image.size = in.U64();
+      const std::string_view path = in.View();
+      const uint64_t size = in.U64();
       const uint64_t label = in.U64();
       if (label >= classes) {
-        throw IndexFormatError("damaged: " + image.path + " has label " + std::to_string(label) +
-                               " of " + std::to_string(classes) + " classes");
+        throw IndexFormatError("damaged: " + std::string(path) + " has label " +
+                               std::to_string(label) + " of " + std::to_string(classes) +
+                               " classes");
       }
-      image.label = static_cast<int64_t>(label);
-      split.images.push_back(std::move(image));
-      unreadable.push_back(in.Str());
+      const std::string_view unreadable = in.View();
+      visitor.OnImage(path, static_cast<uint64_t>(path.data() - bytes.data()), size,
+                      static_cast<int64_t>(label), unreadable);
     }
     const uint64_t ignored = in.Count(4);
-    for (uint64_t i = 0; i < ignored; ++i) split.ignored.push_back(in.Str());
-    index.listing.splits.push_back(std::move(split));
-    index.unreadable.push_back(std::move(unreadable));
+    for (uint64_t i = 0; i < ignored; ++i) visitor.OnIgnored(in.View());
   }
   const uint64_t statistics = in.Count(8 + 8);
   for (uint64_t k = 0; k < statistics; ++k) {
@@ -378,13 +382,88 @@ ImageIndex DecodeIndex(std::string_view bytes) {
       stats.mean.push_back(in.F32());
       stats.std.push_back(in.F32());
     }
-    index.statistics.push_back(std::move(stats));
+    visitor.OnStatistics(std::move(stats));
   }
   if (!in.done()) {
     throw IndexFormatError("damaged: " + std::to_string(body.size() - in.at()) +
                            " bytes after the last entry");
   }
-  return index;
+}
+
+// Builds the whole ImageIndex: a string per image.
+struct Decoder {
+  ImageIndex index;
+
+  void OnKey(std::string key) { index.key = std::move(key); }
+  void OnSplit(std::string name, std::vector<std::string> class_names, uint64_t images) {
+    ListedSplit split;
+    split.name = std::move(name);
+    split.class_names = std::move(class_names);
+    split.images.reserve(images);
+    index.listing.splits.push_back(std::move(split));
+    index.unreadable.emplace_back().reserve(images);
+  }
+  void OnImage(std::string_view path, uint64_t, uint64_t size, int64_t label,
+               std::string_view unreadable) {
+    index.listing.splits.back().images.push_back(ListedImage{std::string(path), size, label});
+    index.unreadable.back().emplace_back(unreadable);
+  }
+  void OnIgnored(std::string_view path) { index.listing.splits.back().ignored.emplace_back(path); }
+  void OnStatistics(ChannelStatistics stats) { index.statistics.push_back(std::move(stats)); }
+};
+
+// Keeps only what training needs: references to the readable images.
+struct Viewer {
+  IndexView view;
+  size_t named;
+
+  void OnKey(std::string key) { view.key = std::move(key); }
+  void OnSplit(std::string name, std::vector<std::string> class_names, uint64_t images) {
+    IndexView::Split split;
+    split.name = std::move(name);
+    split.class_names = std::move(class_names);
+    split.readable.reserve(images);
+    view.splits.push_back(std::move(split));
+  }
+  void OnImage(std::string_view path, uint64_t offset, uint64_t, int64_t label,
+               std::string_view unreadable) {
+    IndexView::Split& split = view.splits.back();
+    ++split.images;
+    if (unreadable.empty()) {
+      split.readable.push_back(
+          ImageRef{offset, static_cast<uint32_t>(path.size()), static_cast<int32_t>(label)});
+    } else if (split.unreadable.size() < named) {
+      split.unreadable.emplace_back(std::string(path), std::string(unreadable));
+    }
+    if (!unreadable.empty()) ++split.unreadable_count;
+  }
+  void OnIgnored(std::string_view path) {
+    IndexView::Split& split = view.splits.back();
+    if (split.ignored.size() < named) split.ignored.emplace_back(path);
+    ++split.ignored_count;
+  }
+  void OnStatistics(ChannelStatistics stats) { view.statistics.push_back(std::move(stats)); }
+};
+
+}  // namespace
+
+ImageIndex DecodeIndex(std::string_view bytes) {
+  Decoder decoder;
+  ParseIndex(bytes, decoder);
+  return std::move(decoder.index);
+}
+
+IndexView ViewIndex(std::string_view bytes, size_t named) {
+  Viewer viewer{IndexView{}, named};
+  ParseIndex(bytes, viewer);
+  return std::move(viewer.view);
+}
+
+const ChannelStatistics* IndexView::StatisticsFor(int64_t image_size) const {
+  for (const ChannelStatistics& s : statistics) {
+    if (s.image_size == image_size) return &s;
+  }
+  return nullptr;
 }
 
 }  // namespace elastic::trainer

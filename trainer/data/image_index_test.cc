@@ -218,6 +218,48 @@ TEST(ImageIndex, EncodeDecodeRoundTrip) {
   ExpectSame(DecodeIndex(EncodeIndex(empty)), empty);
 }
 
+TEST(ImageIndex, AViewReadsTheReadableImagesInPlace) {
+  ImageIndex index = SmallIndex();
+  index.listing.splits[0].ignored = {"train/a.txt", "train/b.txt", "train/c.txt"};
+  const std::string bytes = EncodeIndex(index);
+  const IndexView view = ViewIndex(bytes, 2);
+  EXPECT_EQ(view.key, index.key);
+  ASSERT_EQ(view.splits.size(), 2u);
+  const IndexView::Split& train = view.splits[0];
+  EXPECT_EQ(train.name, "train");
+  EXPECT_EQ(train.class_names, index.listing.splits[0].class_names);
+  EXPECT_EQ(train.images, 4);
+  std::vector<std::string> paths;
+  std::vector<int32_t> labels;
+  for (const ImageRef& ref : train.readable) {
+    paths.emplace_back(bytes.data() + ref.path_offset, ref.path_size);
+    labels.push_back(ref.label);
+  }
+  EXPECT_EQ(paths,
+            (std::vector<std::string>{"train/cat/1.jpg", "train/cat/2.jpg", "train/dog/1.png"}));
+  EXPECT_EQ(labels, (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_EQ(train.unreadable_count, 1);
+  ASSERT_EQ(train.unreadable.size(), 1u);
+  EXPECT_EQ(train.unreadable[0],
+            std::make_pair(std::string("train/dog/bad.png"), std::string("not a PNG")));
+  EXPECT_EQ(train.ignored_count, 3);
+  EXPECT_EQ(train.ignored,
+            (std::vector<std::string>{"train/a.txt", "train/b.txt"}));  // the first 2
+  EXPECT_EQ(view.splits[1].readable.size(), 1u);
+  ASSERT_NE(view.StatisticsFor(32), nullptr);
+  EXPECT_EQ(view.StatisticsFor(32)->std, index.StatisticsFor(32)->std);
+  EXPECT_EQ(view.StatisticsFor(64), nullptr);
+}
+
+std::string ViewError(const std::string& bytes) {
+  try {
+    ViewIndex(bytes);
+  } catch (const IndexFormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string DecodeError(const std::string& bytes) {
   try {
     DecodeIndex(bytes);
@@ -240,10 +282,13 @@ TEST(ImageIndex, DamagedFilesAreRefusedSayingWhy) {
   std::string version = bytes;
   version[8] = 7;
   EXPECT_CONTAINS(DecodeError(version), "version 7, this program reads version 1");
-  // Every prefix, cut anywhere: refused, never a crash or a partial index.
+  // Every prefix, cut anywhere: refused, never a crash or a partial index;
+  // by the view as by the decoder.
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_NE(DecodeError(bytes.substr(0, n)), "") << n;
+    EXPECT_EQ(ViewError(bytes.substr(0, n)), DecodeError(bytes.substr(0, n))) << n;
   }
+  EXPECT_CONTAINS(ViewError(flipped), "SHA-256 does not match");
 }
 
 TEST(ImageIndexStore, PlacesAreBesideTheDataOrInTheCacheOrWhereTheFlagSays) {
