@@ -24,8 +24,10 @@ warm: the same launch once before, untimed); each figure is the median of
                     the index its job pinned and lists nothing. Launch of the
                     joiner -> the first step of the generation that has it
                     (the driver's "rescale: generation G (2 workers ...):
-                    first step" line). Its probes (from
-                    ELASTIC_IMAGE_FOLDER_COUNTERS) are shown: 0.
+                    first step" line). Beside it, from the joiner's
+                    worker's ELASTIC_IMAGE_FOLDER_COUNTERS file: its
+                    seconds in LoadImageFolder (mapping and viewing the
+                    index) and its header probes (0).
   torchvision       /usr/bin/python3: import torch and torchvision,
                     ImageFolder(train/) (lists the folder, reads no image),
                     DataLoader(batch 128, shuffle, num_workers 0) with
@@ -199,7 +201,7 @@ def time_first_step(args, env, cold, timeout):
 
 def time_joiner(ours, folder, work, env, cold, timeout):
     """(seconds from the joiner's launch to the first step of its generation,
-    its worker's header probes)."""
+    its worker's header probes, its worker's seconds in LoadImageFolder)."""
     token = os.path.join(work, "token")
     counters = os.path.join(work, "joiner-counters")
     shutil.rmtree(counters, ignore_errors=True)
@@ -220,11 +222,13 @@ def time_joiner(ours, folder, work, env, cold, timeout):
             now, m = driver.wait_for(RESCALE, timeout)
             if int(m.group(2)) == 2:
                 break
-        probes = 0
+        probes, load = 0, 0.0
         for name in os.listdir(counters):
             with open(os.path.join(counters, name)) as f:
-                probes += json.load(f)["headers_probed"]
-        return now - started, probes
+                counted = json.load(f)
+            probes += counted["headers_probed"]
+            load = max(load, counted["load_seconds"])
+        return now - started, probes, load
     finally:
         if joiner:
             joiner.stop()
@@ -264,7 +268,7 @@ def measure(ours, sizes, work, cache_state, repeats, timeout):
             remove_index(folders[n], cache)
             time_first_step(flags[n], env, False, timeout)
             time_torchvision(folders[n], False, timeout)
-    runs = {n: {"first_job": [], "next_job": [], "joiner": [], "joiner_probes": [],
+    runs = {n: {"first_job": [], "next_job": [], "joiner": [], "joiner_probes": [], "joiner_load": [],
                 "torchvision": [], "torchvision_listing": []} for n in sizes}
     for _ in range(repeats):
         for n in sizes:
@@ -272,9 +276,10 @@ def measure(ours, sizes, work, cache_state, repeats, timeout):
             remove_index(folders[n], cache)
             r["first_job"].append(time_first_step(flags[n], env, cold, timeout))
             r["next_job"].append(time_first_step(flags[n], env, cold, timeout))
-            seconds, probed = time_joiner(ours, folders[n], work, env, cold, timeout)
+            seconds, probed, load = time_joiner(ours, folders[n], work, env, cold, timeout)
             r["joiner"].append(seconds)
             r["joiner_probes"].append(probed)
+            r["joiner_load"].append(load)
             seconds, listed = time_torchvision(folders[n], cold, timeout)
             r["torchvision"].append(seconds)
             r["torchvision_listing"].append(listed)
@@ -324,12 +329,13 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
     print("| files | page cache | ours, first job (indexes) | ours, next job | ours, joiner "
-          "(probes; range) | torchvision, first batch (listing) |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+          "(range) | joiner's index read (probes) | torchvision, first batch (listing) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['files']:,} | {r['cache']} | {r['first_job']:.2f} s | {r['next_job']:.2f} s "
-              f"| {r['joiner']:.2f} s ({r['joiner_probes']}; {min(r['all']['joiner']):.2f}-"
-              f"{max(r['all']['joiner']):.2f}) | {r['torchvision']:.2f} s "
+              f"| {r['joiner']:.2f} s ({min(r['all']['joiner']):.2f}-"
+              f"{max(r['all']['joiner']):.2f}) | {r['joiner_load'] * 1000:.0f} ms "
+              f"({r['joiner_probes']}) | {r['torchvision']:.2f} s "
               f"({r['torchvision_listing']:.2f} s) |")
     headline = caches[0]
     parts = [f"{r['files']:,} files {r['joiner']:.2f} s (torchvision {r['torchvision']:.2f} s)"
