@@ -114,7 +114,11 @@ std::vector<ShardSplit> ListShards(const std::string& dir_in) {
 
 ShardContents ScanShard(const std::string& dir, const std::string& relative_path) {
   shards_scanned.fetch_add(1);
-  // One pass in order over the headers: let the kernel read ahead.
+  // One pass in order over the headers: the kernel reads ahead, so the scan
+  // reads the whole shard at the disk's sequential speed. Without readahead
+  // (MADV_RANDOM) it would read only the headers' pages, but one small read
+  // per member: 10x slower on shards of 2.5 KB images, 15% faster on 110 KB
+  // ones (webdataset_bench, cold; docs/data.md).
   const MappedFile file(WithoutTrailingSlash(dir) + "/" + relative_path,
                         MappedFile::Access::kSequential);
   TarScanner scanner(relative_path, file.data(), file.size());
