@@ -1,6 +1,7 @@
 // A user's own image data set, both splits, in one of the formats that
-// `--dataset` names besides the built-in ones: NumPy arrays (npy.h) or a
-// torchvision ImageFolder tree of JPEG and PNG files (image_folder.h).
+// `--dataset` names besides the built-in ones: NumPy arrays (npy.h), a
+// torchvision ImageFolder tree of JPEG and PNG files (image_folder.h), or
+// WebDataset shards (webdataset.h, which declares LoadWebDataset).
 // docs/data.md describes the formats, their rules and their errors.
 #pragma once
 
