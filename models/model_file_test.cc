@@ -15,6 +15,7 @@
 #include <string>
 
 #include "models/torchscript.h"
+#include "testing/required_input.h"
 
 namespace elastic::models {
 namespace {
@@ -45,7 +46,7 @@ torch.manual_seed(0)
 class ModelFileTest : public testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kPython)) GTEST_SKIP() << kPython << " is missing (tools/setup.sh)";
+    ELASTIC_REQUIRE_INPUT(fs::exists(kPython), kPython << " is missing (tools/setup.sh)");
     dir_ = fs::path(testing::TempDir()) / "model_file_test";
     fs::create_directories(dir_);
   }

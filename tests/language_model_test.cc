@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/required_input.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
@@ -57,9 +58,9 @@ std::string Shell(const std::string& command) {
 }
 
 TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
-  if (TinyShakespeareText().empty())
-    GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+  ELASTIC_REQUIRE_INPUT(!TinyShakespeareText().empty(),
+                        "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare");
+  ELASTIC_REQUIRE_INPUT(std::filesystem::exists(kPython), kPython << " (tools/setup.sh)");
   const std::string dir = FreshTempDir("language-model");
   const std::string data = PrepareTinyShakespeare(dir);
   ASSERT_FALSE(data.empty());
@@ -142,9 +143,9 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
 
 // Bad settings are refused at start, by name, before any worker starts.
 TEST(LanguageModelTest, AContextLongerThanThePositionTableIsRefused) {
-  if (TinyShakespeareText().empty())
-    GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+  ELASTIC_REQUIRE_INPUT(!TinyShakespeareText().empty(),
+                        "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare");
+  ELASTIC_REQUIRE_INPUT(std::filesystem::exists(kPython), kPython << " (tools/setup.sh)");
   const std::string dir = FreshTempDir("language-model-context");
   const std::string data = PrepareTinyShakespeare(dir);
   ASSERT_FALSE(data.empty());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/required_input.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
@@ -89,8 +90,8 @@ struct Recipe {
 class ModelFileJobTest : public testing::TestWithParam<Recipe> {
  protected:
   void SetUp() override {
-    if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
-    if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+    ELASTIC_REQUIRE_INPUT(!CifarDir().empty(), "ELASTIC_CIFAR10_SUBSET does not name the subset");
+    ELASTIC_REQUIRE_INPUT(std::filesystem::exists(kPython), kPython << " (tools/setup.sh)");
   }
 };
 
@@ -161,7 +162,7 @@ double StepLoss(const std::string& output, int step) {
 // test can afford differs by the noise of near-ties on 1,017 test images
 // (about 2 points); bench/model_file_accuracy.py compares accuracy over seeds.
 TEST(ScriptedResNet18Test, TakesTheZoosStepsFromTheSameWeights) {
-  if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
+  ELASTIC_REQUIRE_INPUT(!CifarDir().empty(), "ELASTIC_CIFAR10_SUBSET does not name the subset");
   const std::string dir = FreshTempDir("model-file-vs-zoo");
   // float32: the zoo's fused batch norm and LibTorch's then differ in the
   // order of their sums only.

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "testing/required_input.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
@@ -60,8 +61,8 @@ std::string KeptLogs(const std::string& dir) {
 }
 
 TEST(SpotTraceTest, TheFirstHourOfTheP3TraceKeepsTheJobsInvariants) {
-  if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+  ELASTIC_REQUIRE_INPUT(!CifarDir().empty(), "ELASTIC_CIFAR10_SUBSET does not name the subset");
+  ELASTIC_REQUIRE_INPUT(std::filesystem::exists(kPython), kPython << " (tools/setup.sh)");
   const char* outputs = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   const std::string dir =
       outputs != nullptr ? std::string(outputs) + "/spot-trace" : FreshTempDir("spot-trace");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "testing/required_input.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
 
@@ -72,7 +73,7 @@ double Train(const std::string& dir, const std::string& name, std::vector<std::s
 }
 
 TEST(UserDataTest, NpyAndImageFolderReachTheAccuracyOfTheBinaryFiles) {
-  if (CifarDir().empty()) GTEST_SKIP() << "ELASTIC_CIFAR10_SUBSET does not name the subset";
+  ELASTIC_REQUIRE_INPUT(!CifarDir().empty(), "ELASTIC_CIFAR10_SUBSET does not name the subset");
   const std::string dir = FreshTempDir("user-data");
   Write("npy " + CifarDir() + " " + dir + "/npy");
   Write("folder " + CifarDir() + " " + dir + "/folder --jpeg-every 4 --quality 95");

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "testing/required_input.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
 #include "tests/process.h"
@@ -40,9 +41,9 @@ constexpr int kEpochs = 2;
 constexpr double kValLossBound = 3.0;
 
 TEST(GptExampleTest, TrainsThroughAKillAndAJoin) {
-  if (TinyShakespeareText().empty())
-    GTEST_SKIP() << "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare";
-  if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " (tools/setup.sh)";
+  ELASTIC_REQUIRE_INPUT(!TinyShakespeareText().empty(),
+                        "ELASTIC_TINYSHAKESPEARE does not name ../shared/data/tinyshakespeare");
+  ELASTIC_REQUIRE_INPUT(std::filesystem::exists(kPython), kPython << " (tools/setup.sh)");
   const std::string dir = FreshTempDir("gpt-example");
   const std::string data = PrepareTinyShakespeare(dir);
   ASSERT_FALSE(data.empty());

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "testing/required_input.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/test_files.h"
 
@@ -178,10 +179,9 @@ TEST(Cifar10, LoadDatasetByName) {
 // The real images: the same reader, byte-identical to the official files.
 TEST(Cifar10, RealSubset) {
   const std::string dir = testing::Cifar10SubsetDir();
-  if (dir.empty()) {
-    GTEST_SKIP() << "the real CIFAR-10 subset is absent: set ELASTIC_CIFAR10_SUBSET to a "
-                    "directory holding data_batch_1..4.bin and test_batch.bin";
-  }
+  ELASTIC_REQUIRE_INPUT(!dir.empty(),
+                        "the real CIFAR-10 subset is absent: set ELASTIC_CIFAR10_SUBSET to a "
+                        "directory holding data_batch_1..4.bin and test_batch.bin");
   const auto train = LoadCifar10(dir, Split::kTrain);
   const auto test = LoadCifar10(dir, Split::kTest);
   EXPECT_EQ(train->size(), 4 * 1017);

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "testing/required_input.h"
 #include "trainer/data/augment.h"
 #include "trainer/data/cifar10.h"
 #include "trainer/data/test_files.h"
@@ -272,10 +273,9 @@ TEST(Loader, RestartAbandonsThePassAndBadInputIsRejected) {
 
 TEST(Loader, RealCifar10Subset) {
   const std::string dir = testing::Cifar10SubsetDir();
-  if (dir.empty()) {
-    GTEST_SKIP() << "the real CIFAR-10 subset is absent: set ELASTIC_CIFAR10_SUBSET to a "
-                    "directory holding data_batch_1..4.bin and test_batch.bin";
-  }
+  ELASTIC_REQUIRE_INPUT(!dir.empty(),
+                        "the real CIFAR-10 subset is absent: set ELASTIC_CIFAR10_SUBSET to a "
+                        "directory holding data_batch_1..4.bin and test_batch.bin");
   std::shared_ptr<const Dataset> test = LoadCifar10(dir, Split::kTest);
   Loader loader(test, {.batch_size = 128, .augment = false, .threads = 2});
   loader.Start(Iota(test->size()), 0);
