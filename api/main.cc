@@ -7,8 +7,10 @@
 
 #include "api/elastic.h"
 #include "collectives/mpi_communicator.h"
+#include "runtime/preforked_workers.h"
 #include "trainer/allocator.h"
 #include "trainer/checkpoint.h"
+#include "trainer/compute_threads.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
@@ -110,6 +112,23 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
       std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
       return trainer::kExitError;
     }
+  }
+  // A --join agent forks its workers now, while it still has one thread: they
+  // start from this process's image instead of loading the binary again
+  // (runtime/preforked_workers.h), which is most of a joiner's start.
+  std::unique_ptr<runtime::PreforkedWorkers> preforked;
+  if (!elastic_options.join.empty() && elastic_options.role != "worker") {
+    trainer::StopBlasThreadsUntilNextUse();  // OpenBLAS's pool is this process's other thread
+    preforked = std::make_unique<runtime::PreforkedWorkers>(
+        static_cast<uint32_t>(elastic_options.workers),
+        [&program](const std::vector<std::string>& worker_args) {
+          std::vector<std::string> copy = worker_args;
+          std::vector<char*> argv;
+          for (std::string& arg : copy) argv.push_back(arg.data());
+          argv.push_back(nullptr);
+          return Main(static_cast<int>(copy.size()), argv.data(), program);
+        });
+    job.preforked_workers = preforked.get();
   }
   return trainer::RunElastic(elastic_options, options, job_args, job);
 }

@@ -278,6 +278,13 @@ pid_t NodeAgent::ForkWorker(uint32_t index, uint64_t node_id) {
   std::vector<char*> c_env;
   for (auto& e : env) c_env.push_back(e.data());
   c_env.push_back(nullptr);
+  if (options_.preforked != nullptr) {
+    const pid_t pid = options_.preforked->Take(args, env);
+    if (pid > 0) {
+      ELASTIC_LOG(kDebug, "node-agent", "worker " << index << " is preforked pid " << pid);
+      return pid;
+    }
+  }
   const pid_t parent = getpid();
   const int descriptor_limit = DescriptorLimit();
 

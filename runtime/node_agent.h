@@ -41,6 +41,7 @@
 
 #include "runtime/head_client.h"
 #include "runtime/options.h"
+#include "runtime/preforked_workers.h"
 
 namespace elastic::runtime {
 
@@ -54,6 +55,10 @@ struct NodeAgentOptions {
   std::vector<std::string> worker_args;            // after --role=worker
   std::map<std::string, std::string> environment;  // extra variables for workers
   std::chrono::milliseconds grace{10000};          // SIGTERM -> SIGKILL
+  // Workers forked from this process before it started a thread (they skip
+  // loading the binary again); SpawnWorkers takes these first and fork+execs
+  // once none is left. Not owned; must outlive the agent.
+  PreforkedWorkers* preforked = nullptr;
   TransportOptions transport;
   // After the connection to the head is lost, how long the agent keeps
   // trying to reconnect (every 250 ms) before it stops its workers and

@@ -25,4 +25,8 @@ int BlasThreads() {
   return get != nullptr ? get() : 0;
 }
 
+void StopBlasThreadsUntilNextUse() {
+  if (auto* shutdown = OpenBlasFunction<int()>("blas_thread_shutdown_")) shutdown();
+}
+
 }  // namespace elastic::trainer

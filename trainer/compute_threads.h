@@ -18,4 +18,11 @@ void SetComputeThreads(int threads);
 // process has no OpenBLAS.
 int BlasThreads();
 
+// Ends OpenBLAS's pool threads, which it starts when it is loaded; its next
+// matrix product starts them again. OpenBLAS does the same itself before a
+// fork (its pthread_atfork handler); a process that wants to be
+// single-threaded for a fork it makes later (runtime/preforked_workers.h)
+// calls this first. Nothing without OpenBLAS.
+void StopBlasThreadsUntilNextUse();
+
 }  // namespace elastic::trainer

@@ -31,8 +31,10 @@
 #include "runtime/head_client.h"
 #include "runtime/head_session.h"
 #include "runtime/heartbeat_check.h"
+#include "runtime/log.h"
 #include "runtime/node_agent.h"
 #include "runtime/options.h"
+#include "runtime/preforked_workers.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/dataset.h"
 #include "trainer/elastic/commit_state.h"
@@ -1028,16 +1030,21 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
   return code;
 }
 
-int RunJoin(const ElasticOptions& elastic) {
+int RunJoin(const ElasticOptions& elastic, const JobProgram& program) {
   std::string host;
   uint16_t port = 0;
   ParseHostPort(elastic.join, &host, &port);
   runtime::NodeAgent::BlockTerminationSignals();
   char hostname[256] = "node";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  runtime::NodeAgent agent(NodeAgentOptionsFor(elastic, host, port,
-                                               runtime::ReadTokenFile(elastic.token_file),
-                                               std::string("join@") + hostname));
+  runtime::NodeAgentOptions options =
+      NodeAgentOptionsFor(elastic, host, port, runtime::ReadTokenFile(elastic.token_file),
+                          std::string("join@") + hostname);
+  options.preforked = program.preforked_workers;
+  if (options.preforked != nullptr && options.preforked->waiting() == 0) {
+    ELASTIC_LOG(kDebug, "join", "no preforked workers: " << options.preforked->why_none());
+  }
+  runtime::NodeAgent agent(options);
   agent.SpawnWorkers(static_cast<uint32_t>(elastic.workers));
   Say("join: node " + std::to_string(agent.node_id()) + " added " +
       std::to_string(elastic.workers) + " workers to " + elastic.join +
@@ -1051,7 +1058,7 @@ int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
                const std::vector<std::string>& args, const JobProgram& program) {
   try {
     if (elastic.role == "worker") return RunWorker(program);
-    if (!elastic.join.empty()) return RunJoin(elastic);
+    if (!elastic.join.empty()) return RunJoin(elastic, program);
     // --controller-only is a driver without local workers.
     return RunDriver(elastic, train, args, program);
   } catch (const std::exception& e) {

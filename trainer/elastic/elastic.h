@@ -22,6 +22,10 @@
 #include "trainer/task.h"
 #include "trainer/train_options.h"
 
+namespace elastic::runtime {
+class PreforkedWorkers;
+}
+
 namespace elastic::trainer {
 
 // Builds the task from the job's flags; called in every worker, and once in a
@@ -38,13 +42,16 @@ struct JobProgram {
   // The flags' defaults: the job's arguments are parsed over them in every
   // worker, as in the driver.
   TrainOptions defaults;
+  // A --join agent's workers, forked before it started a thread
+  // (runtime/preforked_workers.h); null: its workers are exec'd.
+  runtime::PreforkedWorkers* preforked_workers = nullptr;
 };
 
 // The program's Main builds the task once before (unless --controller-only):
 // a bad --data-dir is then one error instead of one per worker.
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
               const std::vector<std::string>& args, const JobProgram& program);
-int RunJoin(const ElasticOptions& elastic);
+int RunJoin(const ElasticOptions& elastic, const JobProgram& program);
 // The worker reads the job's flags from the controller; its own are not used.
 int RunWorker(const JobProgram& program);
 
