@@ -133,6 +133,34 @@ TEST(FlagsTest, UserDataNeedsItsDirectoryAndImageSizeItsDataSet) {
             std::string::npos);
 }
 
+TEST(FlagsTest, NormalizeIsThreeMeansAndThreePositiveDeviationsForImagesOnly) {
+  const ChannelNormalization imagenet = ParseNormalize("0.485,0.456,0.406/0.229,0.224,0.225");
+  EXPECT_EQ(imagenet.mean, (std::vector<float>{0.485f, 0.456f, 0.406f}));
+  EXPECT_EQ(imagenet.std, (std::vector<float>{0.229f, 0.224f, 0.225f}));
+  EXPECT_TRUE(ParseNormalize("").mean.empty());
+  const auto error = [](const std::string& value) {
+    const std::string flag = "--normalize=" + value;
+    return ParseError({"--dataset=webdataset", "--data-dir=d", flag.c_str()});
+  };
+  EXPECT_EQ(error("0.5,0.5,0.5/0.25,0.25,0.25"), "");
+  EXPECT_NE(error("0.5,0.5,0.5").find("expected three means, a slash"), std::string::npos);
+  EXPECT_NE(error("0.5,0.5/0.2,0.2,0.2").find("expected 3 means (R,G,B), got 2"),
+            std::string::npos);
+  EXPECT_NE(error("0.5,0.5,0.5/0.2,0.2,0.2,0.2").find("expected 3 standard deviations"),
+            std::string::npos);
+  EXPECT_NE(error("0.5,x,0.5/0.2,0.2,0.2").find("mean 'x' is not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error("0.5,0.5,0.5/0.2,0.2,0.2x").find("'0.2x' is not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error("0.5,0.5,0.5/0.2,inf,0.2").find("'inf' is not a finite number"),
+            std::string::npos);
+  EXPECT_NE(error("0.5,0.5,0.5/0.2,0,0.2").find("a standard deviation must be > 0, got 0"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--normalize=0.5,0.5,0.5/0.2,0.2,0.2"})
+                .find("--normalize applies to --dataset=image-folder or webdataset only"),
+            std::string::npos);
+}
+
 TEST(FlagsTest, RejectsUnknownModelAndListsKnownOnes) {
   const std::string error = ParseError({"--model=resnet1000"});
   EXPECT_NE(error.find("--model=resnet1000: unknown model"), std::string::npos) << error;

@@ -21,6 +21,7 @@ struct TrainOptions {
   int64_t image_size = 32;      // image-folder, webdataset: pixels per side
   std::string image_index;      // image-folder, webdataset: the job's index (the driver sets it)
   std::string image_index_dir;  // image-folder, webdataset: where the index is; empty: beside/cache
+  std::string normalize;        // image-folder, webdataset: "M,M,M/S,S,S"; empty: measured
   int64_t context = 256;        // tokens: tokens per window the model reads
   int64_t train_samples = 0;    // 0: the whole training set
   int64_t test_samples = 0;     // 0: the whole test set
@@ -82,6 +83,17 @@ struct TrainOptions {
 
 // Binds every TrainOptions field to a flag of `flags`.
 void RegisterTrainFlags(FlagSet& flags, TrainOptions& options);
+
+// --normalize's value, "R,G,B/R,G,B": three channel means, then three
+// standard deviations, of pixels scaled to [0, 1]. Empty: both empty (the
+// data set's measured statistics). Throws FlagError naming what is wrong: not
+// three of each, a number that does not parse or is not finite, a standard
+// deviation <= 0.
+struct ChannelNormalization {
+  std::vector<float> mean;
+  std::vector<float> std;
+};
+ChannelNormalization ParseNormalize(const std::string& value);
 
 // True when `spec` is a --device value: auto, cpu, cuda or cuda:N.
 bool IsDeviceSpec(const std::string& spec);

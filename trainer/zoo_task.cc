@@ -137,13 +137,13 @@ Task TokenTask(const TrainOptions& options) {
 Task ZooTaskFromOptions(const TrainOptions& options) {
   if (options.dataset == "tokens") return TokenTask(options);
   if (options.dataset == "npy") return UserDataTask(options, LoadNpyData(options.data_dir));
-  if (options.dataset == "image-folder") {
-    return UserDataTask(options, LoadImageFolder(options.data_dir, options.image_size,
-                                                 {options.image_index_dir, options.image_index}));
-  }
-  if (options.dataset == "webdataset") {
-    return UserDataTask(options, LoadWebDataset(options.data_dir, options.image_size,
-                                                {options.image_index_dir, options.image_index}));
+  if (options.dataset == "image-folder" || options.dataset == "webdataset") {
+    const ChannelNormalization given = ParseNormalize(options.normalize);
+    const ImageIndexOptions index{options.image_index_dir, options.image_index, given.mean,
+                                  given.std};
+    return UserDataTask(options, options.dataset == "image-folder"
+                                     ? LoadImageFolder(options.data_dir, options.image_size, index)
+                                     : LoadWebDataset(options.data_dir, options.image_size, index));
   }
   // The training split first: a bad --data-dir is reported for it.
   std::shared_ptr<const Dataset> train =

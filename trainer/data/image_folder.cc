@@ -378,7 +378,9 @@ UserData LoadImageFolder(const std::string& dir, int64_t image_size,
 
   const ChannelStatistics* stats = view.StatisticsFor(image_size);
   if (stats == nullptr) throw std::logic_error("image-folder: the index has no statistics");
-  PixelNormalizer normalizer(stats->mean, stats->std);
+  // --normalize, when given, is used as it stands; the measured statistics stay in the index.
+  PixelNormalizer normalizer = options.mean.empty() ? PixelNormalizer(stats->mean, stats->std)
+                                                    : PixelNormalizer(options.mean, options.std);
   const std::string root = WithoutTrailingSlash(dir);
   UserData data;
   data.channels = 3;

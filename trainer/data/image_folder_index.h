@@ -8,6 +8,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "trainer/data/image_index.h"
 
@@ -21,6 +22,11 @@ struct ImageIndexOptions {
   // reads that index and neither lists nor probes anything; empty: list the
   // folder and use (or build) the index of what is there now.
   std::string pinned_key;
+  // --normalize: the channel means and standard deviations the loader
+  // normalises with instead of the index's measured statistics (which are
+  // still measured and kept); empty: the index's.
+  std::vector<float> mean;
+  std::vector<float> std;
 };
 
 enum class IndexSource {

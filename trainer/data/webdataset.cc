@@ -297,7 +297,9 @@ UserData LoadWebDataset(const std::string& dir, int64_t image_size,
   WarnAboutIgnored(dir, index);
   const ChannelStatistics* stats = index.StatisticsFor(image_size);
   if (stats == nullptr) throw std::logic_error("webdataset: the index has no statistics");
-  PixelNormalizer normalizer(stats->mean, stats->std);
+  // --normalize, when given, is used as it stands; the measured statistics stay in the index.
+  PixelNormalizer normalizer = options.mean.empty() ? PixelNormalizer(stats->mean, stats->std)
+                                                    : PixelNormalizer(options.mean, options.std);
   UserData data;
   data.channels = 3;
   data.height = image_size;
