@@ -87,9 +87,9 @@ int RunMpiRank(TrainOptions options, const Program& program) {
 // The elastic processes' view of the program. A driver with local workers
 // builds the task once here: a bad --data-dir is one error, not one per
 // worker, a download happens once, and an image folder is indexed once (the
-// task's job_flags pin every worker and joiner to that index).
+// task's pinned index pins every worker and joiner to it).
 int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOptions& options,
-                  const std::vector<std::string>& args, const Program& program) {
+                  const std::vector<std::string>& given, const Program& program) {
   trainer::JobProgram job;
   job.name = program.name;
   job.title = program.title ? program.title(options) : program.name;
@@ -99,15 +99,15 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
                                            : program.controller_metric;
   const bool driver_with_workers = elastic_options.role != "worker" &&
                                    elastic_options.join.empty() && !elastic_options.controller_only;
-  std::vector<std::string> job_args = args;
+  TrainOptions job_options = options;
   if (driver_with_workers) {
     try {
       const trainer::Task task = program.make_task(options);
       task.Check();
       job.metric = trainer::MetricLabelOf(task);
       // What the task learnt once (an image folder's index) travels with the
-      // job's flags to every worker and joiner.
-      job_args.insert(job_args.end(), task.job_flags.begin(), task.job_flags.end());
+      // job's settings to every worker and joiner.
+      if (!task.pinned_index.empty()) job_options.image_index = task.pinned_index;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
       return trainer::kExitError;
@@ -130,7 +130,7 @@ int RunElasticJob(const trainer::ElasticOptions& elastic_options, const TrainOpt
         });
     job.preforked_workers = preforked.get();
   }
-  return trainer::RunElastic(elastic_options, options, job_args, job);
+  return trainer::RunElastic(elastic_options, job_options, given, job);
 }
 
 }  // namespace
@@ -159,7 +159,7 @@ int Main(int argc, char** argv, const Program& program) {
     const bool job_flags_from_controller =
         elastic_options.role == "worker" || !elastic_options.join.empty();
     if (!job_flags_from_controller) trainer::ValidateTrainOptions(options, models);
-    if (trainer::StartedByMpirun()) trainer::ValidateMpiRun(elastic_options);
+    if (trainer::StartedByMpirun()) trainer::ValidateMpiRun(flags);
     trainer::ValidateElasticOptions(elastic_options, options);
     // The workers would compute here: refuse what they would get wrong now.
     if (!elastic_options.controller_only && !options.list_models) {
@@ -172,8 +172,7 @@ int Main(int argc, char** argv, const Program& program) {
   if (options.list_models) return ListModels();
   if (trainer::StartedByMpirun()) return RunMpiRank(options, program);
   if (trainer::IsElasticRun(elastic_options)) {
-    return RunElasticJob(elastic_options, options, std::vector<std::string>(argv + 1, argv + argc),
-                         program);
+    return RunElasticJob(elastic_options, options, flags.given(), program);
   }
   try {
     trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);

@@ -780,8 +780,21 @@ TEST(ElasticTest, ControllerKilledMidEpochAndRestartedTakesTheJobOver) {
     last_generation = std::max(last_generation, std::stoi((*it)[1]));
   ASSERT_GT(last_generation, 0) << WithoutProgress(before);
 
+  // A restart that names another model is another job (most likely the
+  // wrong --state-dir): refused before anything of the job changes.
+  std::vector<std::string> wrong_args = args;
+  wrong_args.push_back("--port=" + port);
+  wrong_args.push_back("--model=resnet18");
+  Process wrong(wrong_args, dir + "/driver-wrong.log");
+  EXPECT_NE(wrong.Wait(std::chrono::seconds(120)), 0) << WithoutProgress(wrong.Output());
+  EXPECT_NE(wrong.Output().find("--model=resnet18 is not the job's (--model=resnet8)"),
+            std::string::npos)
+      << WithoutProgress(wrong.Output());
+
+  // Another --lr is said and not applied: the job keeps its settings.
   std::vector<std::string> second_args = args;
   second_args.push_back("--port=" + port);
+  second_args.push_back("--lr=0.2");
   Process second(second_args, dir + "/driver2.log");
   ASSERT_EQ(second.Wait(std::chrono::seconds(400)), 0)
       << WithoutProgress(before) << WithoutProgress(second.Output())
@@ -791,8 +804,13 @@ TEST(ElasticTest, ControllerKilledMidEpochAndRestartedTakesTheJobOver) {
   const std::string after = second.Output();
   const std::string workers = nodes[0]->Output() + nodes[1]->Output();
   EXPECT_NE(after.find("driver: taking over job "), std::string::npos) << WithoutProgress(after);
-  // Only --port differs.
-  EXPECT_EQ(after.find("flags differ"), std::string::npos) << WithoutProgress(after);
+  // --port is this process's own; --lr is the job's, which keeps its 0.1.
+  EXPECT_NE(after.find("driver: warning: --lr=0.2 does not apply: the job taken over keeps "
+                       "--lr=0.1"),
+            std::string::npos)
+      << WithoutProgress(after);
+  EXPECT_EQ(after.find("--port=" + port + " does not apply"), std::string::npos)
+      << WithoutProgress(after);
   EXPECT_NE(after.find("driver: the controller's copy is now the state generation"),
             std::string::npos)
       << WithoutProgress(after);

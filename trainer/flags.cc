@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <utility>
@@ -13,6 +14,17 @@ std::string FormatDouble(double value) {
   std::ostringstream out;
   out << value;
   return out.str();
+}
+
+// The shortest text that reads back as exactly `value` ("0.1", not
+// "0.10000000000000001"): what a person would have typed.
+std::string ExactText(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
+  return text;
 }
 
 const char* KindName(bool is_bool, bool is_int, bool is_double) {
@@ -29,6 +41,7 @@ FlagSet::FlagSet(std::string program, std::string summary)
 
 void FlagSet::Add(const std::string& name, Flag flag) {
   if (flags_.count(name) != 0) throw std::logic_error("flag --" + name + " registered twice");
+  flag.scope = scope_;
   flags_.emplace(name, std::move(flag));
   order_.push_back(name);
 }
@@ -118,6 +131,7 @@ void FlagSet::Parse(int argc, const char* const* argv) {
       auto negated = flags_.find(name.substr(3));
       if (negated != flags_.end() && negated->second.kind == Kind::kBool) {
         *static_cast<bool*>(negated->second.target) = false;
+        given_.push_back(name.substr(3));
         continue;
       }
     }
@@ -133,7 +147,43 @@ void FlagSet::Parse(int argc, const char* const* argv) {
       }
     }
     Assign(name, flag, value);
+    given_.push_back(name);
   }
+}
+
+std::map<std::string, std::string> FlagSet::Values(FlagScope scope) const {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, flag] : flags_) {
+    if (flag.scope != scope) continue;
+    switch (flag.kind) {
+      case Kind::kBool:
+        out[name] = *static_cast<const bool*>(flag.target) ? "true" : "false";
+        break;
+      case Kind::kInt:
+        out[name] = std::to_string(*static_cast<const int64_t*>(flag.target));
+        break;
+      case Kind::kDouble:
+        out[name] = ExactText(*static_cast<const double*>(flag.target));
+        break;
+      case Kind::kString:
+        out[name] = *static_cast<const std::string*>(flag.target);
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<FlagSet::Described> FlagSet::Describe() const {
+  std::vector<Described> out;
+  for (const std::string& name : order_) {
+    const Flag& flag = flags_.at(name);
+    const char kind = flag.kind == Kind::kBool     ? 'b'
+                      : flag.kind == Kind::kInt    ? 'i'
+                      : flag.kind == Kind::kDouble ? 'd'
+                                                   : 's';
+    out.push_back(Described{name, flag.scope, kind, flag.choices});
+  }
+  return out;
 }
 
 std::string FlagSet::Help() const {

@@ -20,9 +20,21 @@ class FlagError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Whom a flag configures, which says where its value goes:
+// - kTraining: the job's training (model, data, recipe): sent to every worker
+//   in the typed job spec and journaled; the only flags mpirun's ranks take.
+// - kElastic: the job's elastic behaviour (commits, admission, timeouts):
+//   in the job spec and the journal too, refused under mpirun.
+// - kProcess: this process only (its role, ports, addresses, token file, run
+//   directory): never sent or journaled; a restarted driver may change them.
+enum class FlagScope { kTraining, kElastic, kProcess };
+
 class FlagSet {
  public:
   FlagSet(std::string program, std::string summary);
+
+  // The scope of the flags added from now on (kTraining until set).
+  void SetScope(FlagScope scope) { scope_ = scope; }
 
   // Each Add binds `--name` to *target; the value *target holds now is the
   // default shown by Help(). Names are lowercase words joined by '-'.
@@ -42,6 +54,23 @@ class FlagSet {
   // The usage text: every flag with its value type, help and default.
   std::string Help() const;
 
+  // Names of the flags the last Parse was given, in their order.
+  const std::vector<std::string>& given() const { return given_; }
+  // The scope of `name` (throws std::out_of_range for an unknown flag).
+  FlagScope ScopeOf(const std::string& name) const { return flags_.at(name).scope; }
+  // Every flag of `scope` with the value its field holds now, as
+  // --name=value would give it; ordered by name.
+  std::map<std::string, std::string> Values(FlagScope scope) const;
+
+  // What a test needs to give each flag a value other than its default.
+  struct Described {
+    std::string name;
+    FlagScope scope;
+    char kind;  // 'b', 'i', 'd' or 's'
+    std::vector<std::string> choices;
+  };
+  std::vector<Described> Describe() const;
+
  private:
   enum class Kind { kBool, kInt, kDouble, kString };
   struct Flag {
@@ -50,6 +79,7 @@ class FlagSet {
     std::string help;
     std::string default_text;
     std::vector<std::string> choices;
+    FlagScope scope = FlagScope::kTraining;
   };
 
   void Add(const std::string& name, Flag flag);
@@ -60,6 +90,8 @@ class FlagSet {
   std::map<std::string, Flag> flags_;
   std::vector<std::string> order_;  // registration order, for Help()
   bool help_requested_ = false;
+  FlagScope scope_ = FlagScope::kTraining;
+  std::vector<std::string> given_;
 };
 
 }  // namespace elastic::trainer

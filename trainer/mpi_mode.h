@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "trainer/elastic/elastic_options.h"
+#include "trainer/flags.h"
 
 namespace elastic::trainer {
 
@@ -19,8 +19,10 @@ namespace elastic::trainer {
 bool StartedByMpirun();
 
 // The elastic flags describe a job whose workers come and go; mpirun's world is
-// fixed. Throws FlagError naming the first elastic flag that is set.
-void ValidateMpiRun(const ElasticOptions& elastic);
+// fixed. Throws FlagError naming the first flag `flags` was given that is not
+// of the training scope (FlagScope): which flags those are is what each flag
+// declares where it is registered, not a list kept here.
+void ValidateMpiRun(const FlagSet& flags);
 
 // LibTorch threads per rank when --threads is 0: the cores of this machine
 // shared among mpirun's ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.

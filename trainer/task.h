@@ -40,10 +40,10 @@ struct Task {
   // How inputs are prepared for the model (JSON: normalisation, size), stored
   // with the trained model so that Python prepares its inputs the same way.
   std::string preprocessing;
-  // Flags a job's driver adds to the job's command line, which its workers and
-  // joiners build their task from, so that they get this same task without
-  // the work this one did: --image-index=KEY, the image folder's index.
-  std::vector<std::string> job_flags;
+  // image-folder, webdataset: the key of the index this task was built from.
+  // A job's driver sets it as the job's --image-index, so that its workers and
+  // joiners read that index instead of listing and probing the data again.
+  std::string pinned_index;
 
   // Throws std::invalid_argument naming what is missing, and what does not
   // fit (CheckModelFitsData).

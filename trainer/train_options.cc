@@ -8,6 +8,7 @@
 namespace elastic::trainer {
 
 void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
+  f.SetScope(FlagScope::kTraining);
   f.AddString("model", &o.model, "Model to train (see --list-models).");
   f.AddString("model-file", &o.model_file,
               "Train this PyTorch module instead of --model: a file written by "

@@ -85,7 +85,7 @@ Task UserDataTask(const TrainOptions& options, UserData data) {
   // The job's other processes read the index this one found or built,
   // instead of listing and probing the folder (or scanning the shards) again.
   if (!data.index_key.empty() && options.image_index.empty()) {
-    task.job_flags.push_back("--image-index=" + data.index_key);
+    task.pinned_index = data.index_key;
   }
   return task;
 }

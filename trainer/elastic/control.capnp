@@ -18,10 +18,92 @@ struct StatePoint {
 }
 
 # Controller -> worker, the answer to ToController.spec (an ask): the job's
-# flags, the same for every worker wherever it was started.
+# settings, the same for every worker wherever it was started. Built once by
+# the driver from its flags of the training and elastic scopes (FlagScope in
+# trainer/flags.h), journaled, and read by workers as values (job_spec.h):
+# nobody parses a command line but the process it was given to.
 struct JobSpec {
-  args @0 :List(Text);
-  jobId @1 :Text;  # random at the job's start, kept by a controller that takes it over
+  jobId @0 :Text;  # random at the job's start, kept by a controller that takes it over
+  train @1 :TrainSpec;
+  elastic @2 :ElasticSpec;
+}
+
+# The training scope: TrainOptions (trainer/train_options.h), field for field;
+# docs/flags.md says what each one is.
+struct TrainSpec {
+  model @0 :Text;
+  modelFile @1 :Text;
+  listModels @2 :Bool;
+  dataset @3 :Text;
+  dataDir @4 :Text;
+  imageSize @5 :Int64;
+  imageIndex @6 :Text;
+  imageIndexDir @7 :Text;
+  normalize @8 :Text;
+  context @9 :Int64;
+  trainSamples @10 :Int64;
+  testSamples @11 :Int64;
+  epochs @12 :Int64;
+  maxSteps @13 :Int64;
+  evalEvery @14 :Int64;
+  batchSize @15 :Int64;
+  optimizer @16 :Text;
+  lr @17 :Float64;
+  momentum @18 :Float64;
+  nesterov @19 :Bool;
+  weightDecay @20 :Float64;
+  adamBeta1 @21 :Float64;
+  adamBeta2 @22 :Float64;
+  lookahead @23 :Bool;
+  lookaheadK @24 :Int64;
+  lookaheadAlpha @25 :Float64;
+  schedule @26 :Text;
+  warmupEpochs @27 :Float64;
+  warmupSteps @28 :Int64;
+  recomputeBn @29 :Int64;
+  stepSize @30 :Int64;
+  gamma @31 :Float64;
+  plateauPatience @32 :Int64;
+  plateauFactor @33 :Float64;
+  minLr @34 :Float64;
+  decaySteps @35 :Int64;
+  patience @36 :Int64;
+  labelSmoothing @37 :Float64;
+  clipGrad @38 :Float64;
+  augment @39 :Bool;
+  seed @40 :Int64;
+  precision @41 :Text;
+  memoryFormat @42 :Text;
+  checkpointDir @43 :Text;
+  checkpointEvery @44 :Int64;
+  resume @45 :Bool;
+  traceDir @46 :Text;
+  device @47 :Text;
+  threads @48 :Int64;
+  loaderThreads @49 :Int64;
+  logEvery @50 :Int64;
+}
+
+# The elastic scope: the job's fields of ElasticOptions
+# (trainer/elastic/elastic_options.h); the process scope (role, ports,
+# addresses, token file, directories of this process) is not here.
+struct ElasticSpec {
+  minWorkers @0 :Int64;
+  maxWorkers @1 :Int64;
+  commitEvery @2 :Int64;
+  admitAt @3 :Text;
+  joinWindow @4 :Float64;
+  drainTimeout @5 :Float64;
+  rendezvousTimeout @6 :Float64;
+  heartbeatTimeout @7 :Float64;
+  reconnectTimeout @8 :Float64;
+  globalBatch @9 :Int64;
+  perWorkerBatch @10 :Bool;
+  logSamples @11 :Text;
+  stateCopyEvery @12 :Int64;
+  stepTimeout @13 :Float64;
+  blacklistAfter @14 :Int64;
+  blacklistSeconds @15 :Float64;
 }
 
 # Worker -> controller (ToController.hello, a tell): this member's trainer
@@ -221,7 +303,9 @@ struct ToTrainer {
 # message.
 struct Journal {
   jobId @0 :Text;            # random hex at the job's start
-  args @1 :List(Text);       # the job's flags (the workers' spec)
+  # Journals written before the typed spec held the job's flags here, as
+  # text (a List(Text)); read only to take such a job over (journal.h).
+  retiredFlags @1 :AnyPointer;
   generation @2 :UInt64;     # the last generation published
   nextMemberId @3 :UInt64;   # ids a restarted head must not reuse
   nextNodeId @4 :UInt64;
@@ -236,6 +320,8 @@ struct Journal {
   printedEpoch @13 :Int64;   # the last epoch summary printed (1-based)
   hasCopy @14 :Bool;         # the controller's copy on disk (copy_store.h)
   copy @15 :StoredCopy;
+  train @16 :TrainSpec;      # the job's settings (what workers get as their JobSpec)
+  elastic @17 :ElasticSpec;
 }
 
 # A copy of the job's state in --state-dir, complete before the journal names it.

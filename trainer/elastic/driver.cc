@@ -43,8 +43,8 @@
 #include "trainer/elastic/copy_store.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/job_controller.h"
-#include "trainer/elastic/job_keys.h"
 #include "trainer/elastic/job_metrics.h"
+#include "trainer/elastic/job_spec.h"
 #include "trainer/elastic/journal.h"
 #include "trainer/elastic/preemption_notice.h"
 #include "trainer/model_export.h"
@@ -138,13 +138,13 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
  public:
   // A new job (`taken_over` empty) or one taken over from its journal.
   ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
-                  std::vector<std::string> args, ControllerConfig config,
+                  JobSettings job, ControllerConfig config,
                   const std::optional<TakenOver>& taken_over, runtime::Head& head,
                   runtime::ActorSystem& actors, JobMetrics& metrics, const MetricLabel& metric)
       : elastic_(elastic),
         train_(train),
         job_id_(std::move(job_id)),
-        args_(std::move(args)),
+        job_(std::move(job)),
         head_(head),
         actors_(actors),
         metrics_(metrics),
@@ -232,7 +232,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   const ElasticOptions& elastic_;
   const TrainOptions& train_;
   const std::string job_id_;
-  const std::vector<std::string> args_;
+  const JobSettings job_;  // what every worker gets as its spec, and the journal keeps
   runtime::Head& head_;
   runtime::ActorSystem& actors_;
   JobMetrics& metrics_;
@@ -268,7 +268,7 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   if (elastic_.state_dir.empty()) return;
   JournalRecord record;
   record.job_id = job_id_;
-  record.args = args_;
+  record.job = job_;
   record.generation = machine_.generation();
   const runtime::HeadStats stats = head_.stats();
   record.next_member_id = stats.next_member_id;
@@ -359,13 +359,7 @@ void ControllerActor::OnTick() {
   Feed(event::Tick{});
 }
 
-std::string ControllerActor::OnSpec() {
-  return EncodeMessage<proto::JobSpec>([this](proto::JobSpec::Builder spec) {
-    auto list = spec.initArgs(static_cast<unsigned>(args_.size()));
-    for (size_t i = 0; i < args_.size(); ++i) list.set(static_cast<unsigned>(i), args_[i]);
-    spec.setJobId(job_id_);
-  });
-}
+std::string ControllerActor::OnSpec() { return EncodeJobSpec(job_id_, job_); }
 
 void ControllerActor::OnHello(proto::Hello::Reader hello) {
   // Only a member the head still has: one that died since has already been
@@ -673,40 +667,12 @@ std::string LocalHostFor(const std::string& listen) {
   return listen == "0.0.0.0" || listen == "::" ? "127.0.0.1" : listen;
 }
 
-std::string Joined(const std::vector<std::string>& args) {
-  std::string out;
-  for (const std::string& arg : args) out += (out.empty() ? "" : " ") + arg;
-  return out;
-}
-
-// `args` without the flags that say where this driver serves (they may change
-// from one start to the next without changing the job).
-std::vector<std::string> TrainingFlags(const std::vector<std::string>& args) {
-  static const char* const kWhere[] = {"--port", "--metrics-port", "--metrics-address", "--run-dir",
-                                       "--preemption-notice"};
-  std::vector<std::string> kept;
-  for (size_t i = 0; i < args.size(); ++i) {
-    bool where = false;
-    for (const char* flag : kWhere) {
-      const std::string name = flag;
-      if (args[i] == name) {
-        where = true;
-        ++i;  // its value is the next argument
-      } else if (args[i].rfind(name + "=", 0) == 0) {
-        where = true;
-      }
-      if (where) break;
-    }
-    if (!where) kept.push_back(args[i]);
-  }
-  return kept;
-}
-
 // The unfinished job in --state-dir, which this driver takes over; nullopt
 // for a new job. A journal that cannot be read stops the driver: starting a
 // new job over it would silently abandon the old one.
 std::optional<TakenOver> JobToTakeOver(const ElasticOptions& elastic, bool resume,
-                                       const std::vector<std::string>& args) {
+                                       const JobSettings& command_line,
+                                       const std::vector<std::string>& given) {
   if (elastic.state_dir.empty()) return std::nullopt;
   std::optional<JournalRecord> journal;
   try {
@@ -731,9 +697,19 @@ std::optional<TakenOver> JobToTakeOver(const ElasticOptions& elastic, bool resum
                        : std::string("none")) +
       ", checkpoint " + (journal->checkpoint ? ToString(*journal->checkpoint) : "none") +
       "; its workers reconnect and continue from the commit they hold");
-  if (TrainingFlags(journal->args) != TrainingFlags(args))
-    Say("driver: warning: these flags differ from the job's; the job keeps its own: " +
-        Joined(journal->args));
+  if (journal->job_read_from_flags) {
+    Say("driver: the journal predates typed job settings; the job's flags were read from it as "
+        "text, and it is journaled typed from now on");
+  }
+  // The job keeps its settings: what this command line gives otherwise is
+  // said, and a change that makes it another job stops the driver.
+  const std::vector<FlagChange> changes = ChangesToJob(journal->job, command_line, given);
+  const std::string refusal = RefusalOfChanges(changes, elastic.state_dir);
+  if (!refusal.empty()) throw std::runtime_error(refusal);
+  for (const FlagChange& change : changes) {
+    Say("driver: warning: --" + change.name + "=" + change.given_value +
+        " does not apply: the job taken over keeps --" + change.name + "=" + change.job_value);
+  }
   TakenOver taken_over{*journal, ""};
   if (journal->copy) {
     try {
@@ -962,16 +938,28 @@ std::unique_ptr<runtime::NodeAgent> StartLocalWorkers(const ElasticOptions& elas
 
 }  // namespace
 
-int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args, const JobProgram& program) {
+int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& command_line_train,
+              const std::vector<std::string>& given, const JobProgram& program) {
   monitoring::MetricsOptions metrics_options;
-  metrics_options.address = elastic.metrics_address;
-  metrics_options.port = elastic.metrics_port;
+  metrics_options.address = command_line_elastic.metrics_address;
+  metrics_options.port = command_line_elastic.metrics_port;
   InstallStopSignalHandlers();
-  JobMetrics metrics(metrics_options, elastic.metrics_port == ElasticOptions().metrics_port);
+  JobMetrics metrics(metrics_options,
+                     command_line_elastic.metrics_port == ElasticOptions().metrics_port);
   if (!metrics.url().empty()) Say("driver: metrics at " + metrics.url());
 
-  std::optional<TakenOver> taken_over = JobToTakeOver(elastic, train.resume, args);
+  // The job's settings: this command line's for a new job; the journal's for
+  // one taken over, with this process's own (ports, addresses, token file)
+  // from its command line.
+  JobSettings job{command_line_train, command_line_elastic};
+  std::optional<TakenOver> taken_over =
+      JobToTakeOver(command_line_elastic, command_line_train.resume, job, given);
+  if (taken_over) {
+    job.train = taken_over->journal.job.train;
+    TakeElasticScope(taken_over->journal.job.elastic, &job.elastic);
+  }
+  const TrainOptions& train = job.train;
+  const ElasticOptions& elastic = job.elastic;
   const std::string job_id = taken_over ? taken_over->journal.job_id : NewJobId();
   if (elastic.state_dir.empty() && elastic.state_copy_every > 0)
     Say("driver: note: without --state-dir the controller's copy of the job's state is kept in "
@@ -990,9 +978,9 @@ int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
 
   if (program.metric.unit == "tok") metrics.SetTokensPerSample(program.metric.units_per_sample);
   runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
-  auto controller = std::make_shared<ControllerActor>(
-      elastic, train, job_id, taken_over ? taken_over->journal.args : args,
-      ConfigFor(elastic, train), taken_over, head, actors, metrics, program.metric);
+  auto controller =
+      std::make_shared<ControllerActor>(elastic, train, job_id, job, ConfigFor(elastic, train),
+                                        taken_over, head, actors, metrics, program.metric);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   // A session of the driver's own with its head may still be lost (a stall
@@ -1055,12 +1043,12 @@ int RunJoin(const ElasticOptions& elastic, const JobProgram& program) {
 }
 
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args, const JobProgram& program) {
+               const std::vector<std::string>& given, const JobProgram& program) {
   try {
     if (elastic.role == "worker") return RunWorker(program);
     if (!elastic.join.empty()) return RunJoin(elastic, program);
     // --controller-only is a driver without local workers.
-    return RunDriver(elastic, train, args, program);
+    return RunDriver(elastic, train, given, program);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
     return kExitError;

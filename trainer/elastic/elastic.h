@@ -5,9 +5,9 @@
 //   --join HOST:PORT --workers K ...     RunJoin: a node agent adding K workers
 //   --role=worker                        RunWorker: one worker (started by an agent)
 //
-// `args` are the command-line arguments after the program name; the driver
-// hands them to every worker through the controller's job spec, so that all
-// workers of a job, wherever they were started, train with the same flags.
+// The driver hands the job's settings to every worker through the
+// controller's typed job spec (job_spec.h), so that all workers of a job,
+// wherever they were started, train with the same settings.
 // Workers are this same binary (/proc/self/exe --role=worker), so the same
 // JobProgram builds the same Task in every one of them.
 #pragma once
@@ -48,15 +48,19 @@ struct JobProgram {
 };
 
 // The program's Main builds the task once before (unless --controller-only):
-// a bad --data-dir is then one error instead of one per worker.
+// a bad --data-dir is then one error instead of one per worker. `elastic` and
+// `train` are the job's settings as the flags gave them (the driver sends
+// them to every worker, typed: job_spec.h); `given` names the flags the
+// command line gave, which a driver that takes a job over compares with it.
 int RunDriver(const ElasticOptions& elastic, const TrainOptions& train,
-              const std::vector<std::string>& args, const JobProgram& program);
+              const std::vector<std::string>& given, const JobProgram& program);
 int RunJoin(const ElasticOptions& elastic, const JobProgram& program);
-// The worker reads the job's flags from the controller; its own are not used.
+// The worker reads the job's settings from the controller; its own command
+// line says only that it is a worker.
 int RunWorker(const JobProgram& program);
 
 // Dispatches on the options to one of the three above.
 int RunElastic(const ElasticOptions& elastic, const TrainOptions& train,
-               const std::vector<std::string>& args, const JobProgram& program);
+               const std::vector<std::string>& given, const JobProgram& program);
 
 }  // namespace elastic::trainer

@@ -8,6 +8,8 @@
 namespace elastic::trainer {
 
 void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
+  // What this process is and where it serves: never part of the job's spec.
+  f.SetScope(FlagScope::kProcess);
   f.AddInt("workers", &o.workers,
            "elastic: start the driver (head + local node agent) and this many worker processes; "
            "with --join, the number of workers this node adds. 0: train in this process");
@@ -26,6 +28,8 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddInt("port", &o.port,
            "elastic: port of the driver's head; its job controller listens on the next one "
            "(open both to other machines); 0: any free ports (printed)");
+  // The job's elastic behaviour: in its spec and journal, the same for every worker.
+  f.SetScope(FlagScope::kElastic);
   f.AddInt("min-workers", &o.min_workers,
            "elastic: fewer workers than this pause training until joins arrive");
   f.AddInt("max-workers", &o.max_workers, "elastic: joins beyond this many workers wait; 0: none");
@@ -93,6 +97,7 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
            "elastic: a node whose workers failed this many times is excluded for a while");
   f.AddDouble("blacklist-seconds", &o.blacklist_seconds,
               "elastic: how long a blacklisted node stays excluded");
+  f.SetScope(FlagScope::kProcess);
   f.AddString("metrics-address", &o.metrics_address,
               "elastic: address of the driver's Prometheus endpoint (/metrics); a local IPv4 "
               "address");
@@ -119,6 +124,7 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "drains");
   f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts.",
               {"", "worker"});
+  f.SetScope(FlagScope::kTraining);
 }
 
 bool IsElasticRun(const ElasticOptions& o) {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/job_spec.h"
 
 namespace elastic::trainer {
 namespace {
@@ -112,11 +112,11 @@ TEST(ElasticOptionsTest, Bf16IsAccepted) {
 }
 
 TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
-  TrainOptions train;
-  ElasticOptions elastic;
-  ParseJobArgs({"--workers=4", "--model=resnet8", "--min-workers", "2", "--commit-every=5",
-                "--join=10.0.0.1:6380", "--role=worker"},
-               &train, &elastic);
+  const JobSettings job =
+      SettingsFromFlags({"--workers=4", "--model=resnet8", "--min-workers", "2", "--commit-every=5",
+                         "--join=10.0.0.1:6380", "--role=worker"});
+  const TrainOptions& train = job.train;
+  const ElasticOptions& elastic = job.elastic;
   EXPECT_EQ(elastic.workers, 4);
   EXPECT_EQ(train.model, "resnet8");
   EXPECT_EQ(elastic.min_workers, 2);
@@ -128,19 +128,18 @@ TEST(ElasticOptionsTest, FlagsParseOnTheSharedFlagSet) {
   ParseHostPort(elastic.join, &host, &port);
   EXPECT_EQ(host, "10.0.0.1");
   EXPECT_EQ(port, 6380);
-  EXPECT_THROW(ParseJobArgs({"--role=driver"}, &train, &elastic), FlagError);
+  EXPECT_THROW(SettingsFromFlags({"--role=driver"}), FlagError);
   EXPECT_FALSE(IsElasticRun(ElasticOptions()));
 }
 
 TEST(ElasticOptionsTest, AdmissionAndJoinWindow) {
-  TrainOptions train;
-  ElasticOptions elastic;
-  EXPECT_EQ(elastic.admit_at, "commit");
-  ParseJobArgs({"--admit-at=epoch", "--join-window=0.5"}, &train, &elastic);
+  EXPECT_EQ(ElasticOptions().admit_at, "commit");
+  const ElasticOptions elastic =
+      SettingsFromFlags({"--admit-at=epoch", "--join-window=0.5"}).elastic;
   EXPECT_EQ(elastic.admit_at, "epoch");
   EXPECT_DOUBLE_EQ(elastic.join_window, 0.5);
   try {
-    ParseJobArgs({"--admit-at=step"}, &train, &elastic);
+    SettingsFromFlags({"--admit-at=step"});
     FAIL() << "--admit-at=step accepted";
   } catch (const FlagError& e) {
     EXPECT_NE(std::string(e.what()).find("--admit-at"), std::string::npos) << e.what();

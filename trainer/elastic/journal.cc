@@ -72,10 +72,8 @@ kj::Array<capnp::word> Encode(const JournalRecord& record) {
   capnp::MallocMessageBuilder message;
   proto::Journal::Builder journal = message.initRoot<proto::Journal>();
   journal.setJobId(record.job_id);
-  capnp::List<capnp::Text>::Builder args =
-      journal.initArgs(static_cast<unsigned>(record.args.size()));
-  for (size_t i = 0; i < record.args.size(); ++i)
-    args.set(static_cast<unsigned>(i), record.args[i]);
+  WriteTrainSpec(record.job.train, journal.initTrain());
+  WriteElasticSpec(record.job.elastic, journal.initElastic());
   journal.setGeneration(record.generation);
   journal.setNextMemberId(record.next_member_id);
   journal.setNextNodeId(record.next_node_id);
@@ -111,7 +109,25 @@ JournalRecord Decode(const std::string& path, const std::string& payload) {
     proto::Journal::Reader journal = message.getRoot<proto::Journal>();
     JournalRecord record;
     record.job_id = journal.getJobId();
-    for (capnp::Text::Reader arg : journal.getArgs()) record.args.emplace_back(arg);
+    if (journal.hasTrain()) {
+      record.job.train = ReadTrainSpec(journal.getTrain());
+      ReadElasticSpec(journal.getElastic(), &record.job.elastic);
+    } else if (!journal.getRetiredFlags().isNull()) {
+      // Written before the typed spec: the flags as the driver was given them.
+      std::vector<std::string> flags;
+      for (capnp::Text::Reader flag : journal.getRetiredFlags().getAs<capnp::List<capnp::Text>>())
+        flags.emplace_back(flag);
+      try {
+        record.job = SettingsFromFlags(flags);
+      } catch (const std::exception& e) {
+        throw Error(path, std::string("holds the flags of a job from an older version that this "
+                                      "version cannot read (") +
+                              e.what() + ")");
+      }
+      record.job_read_from_flags = true;
+    } else {
+      throw Error(path, "holds no job settings");
+    }
     record.generation = journal.getGeneration();
     record.next_member_id = journal.getNextMemberId();
     record.next_node_id = journal.getNextNodeId();

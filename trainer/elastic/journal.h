@@ -19,14 +19,18 @@
 
 #include "trainer/elastic/copy_store.h"
 #include "trainer/elastic/job_controller.h"
+#include "trainer/elastic/job_spec.h"
 
 namespace elastic::trainer {
 
 struct JournalRecord {
-  std::string job_id;             // random hex at the job's start
-  std::vector<std::string> args;  // the job's flags (what workers get as their spec)
-  uint64_t generation = 0;        // the last generation published
-  uint64_t next_member_id = 1;    // ids a restarted head must not reuse
+  std::string job_id;  // random hex at the job's start
+  JobSettings job;     // the job's settings (what workers get as their spec)
+  // Read from a journal older than the typed spec, whose job's flags were
+  // kept as text and parsed here (said when the job is taken over).
+  bool job_read_from_flags = false;
+  uint64_t generation = 0;      // the last generation published
+  uint64_t next_member_id = 1;  // ids a restarted head must not reuse
   uint64_t next_node_id = 1;
   bool started = false;              // the first sync happened
   bool finished = false;             // the job is over (a new start begins a new job)

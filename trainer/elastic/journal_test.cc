@@ -1,5 +1,7 @@
 #include "trainer/elastic/journal.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +14,9 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "trainer/elastic/control.capnp.h"
 
 namespace elastic::trainer {
 namespace {
@@ -67,7 +72,11 @@ class JournalTest : public ::testing::Test {
 JournalRecord FullRecord() {
   JournalRecord record;
   record.job_id = "0123456789abcdef";
-  record.args = {"--epochs", "12", "--min-workers", "2", "", "--model=resnet \"x\" ünïcode"};
+  record.job.train.epochs = 12;
+  record.job.train.model = "resnet \"x\" ünïcode";
+  record.job.train.lr = 0.05;
+  record.job.elastic.min_workers = 2;
+  record.job.elastic.admit_at = "epoch";
   record.generation = 41;
   record.next_member_id = 17;
   record.next_node_id = 5;
@@ -85,7 +94,12 @@ JournalRecord FullRecord() {
 
 void ExpectSame(const JournalRecord& a, const JournalRecord& b) {
   EXPECT_EQ(a.job_id, b.job_id);
-  EXPECT_EQ(a.args, b.args);
+  EXPECT_EQ(a.job.train.epochs, b.job.train.epochs);
+  EXPECT_EQ(a.job.train.model, b.job.train.model);
+  EXPECT_EQ(a.job.train.lr, b.job.train.lr);
+  EXPECT_EQ(a.job.elastic.min_workers, b.job.elastic.min_workers);
+  EXPECT_EQ(a.job.elastic.admit_at, b.job.elastic.admit_at);
+  EXPECT_EQ(a.job_read_from_flags, b.job_read_from_flags);
   EXPECT_EQ(a.generation, b.generation);
   EXPECT_EQ(a.next_member_id, b.next_member_id);
   EXPECT_EQ(a.next_node_id, b.next_node_id);
@@ -223,6 +237,48 @@ std::string WithHeader(const std::string& payload) {
   return bytes + payload;
 }
 
+// A journal as versions before the typed spec wrote it: the job's flags as
+// text in field 1 (now retiredFlags), no train/elastic.
+std::string OldJournal(const std::vector<std::string>& flags) {
+  capnp::MallocMessageBuilder message;
+  proto::Journal::Builder journal = message.initRoot<proto::Journal>();
+  journal.setJobId("00000000000000aa");
+  journal.setGeneration(7);
+  auto list = journal.getRetiredFlags().initAs<capnp::List<capnp::Text>>(
+      static_cast<unsigned>(flags.size()));
+  for (size_t i = 0; i < flags.size(); ++i) list.set(static_cast<unsigned>(i), flags[i]);
+  const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  return WithHeader(std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+}
+
+TEST_F(JournalTest, AJournalFromBeforeTheTypedSpecIsReadFromItsFlags) {
+  WriteBytes(OldJournal({"--workers=2", "--model", "resnet8", "--epochs=12", "--min-workers=2"}));
+  const std::optional<JournalRecord> read = ReadJournal(dir_);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_TRUE(read->job_read_from_flags);
+  EXPECT_EQ(read->generation, 7u);
+  EXPECT_EQ(read->job.train.model, "resnet8");
+  EXPECT_EQ(read->job.train.epochs, 12);
+  EXPECT_EQ(read->job.elastic.min_workers, 2);
+}
+
+TEST_F(JournalTest, AJournalFromBeforeTheTypedSpecWithFlagsThisVersionLacksIsRefused) {
+  WriteBytes(OldJournal({"--model=resnet8", "--no-such-flag=1"}));
+  ExpectReadFails(
+      "holds the flags of a job from an older version that this version cannot read "
+      "(unknown flag --no-such-flag");
+}
+
+TEST_F(JournalTest, AJournalWithoutSettingsIsRefused) {
+  capnp::MallocMessageBuilder message;
+  message.initRoot<proto::Journal>().setJobId("00000000000000bb");
+  const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  WriteBytes(WithHeader(std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size())));
+  ExpectReadFails("holds no job settings");
+}
+
 TEST_F(JournalTest, UndecodablePayloadWithAGoodChecksumThrows) {
   // The segment table claims one segment of 1000 words; 2 follow.
   std::string payload(24, '\0');
@@ -260,7 +316,7 @@ TEST_F(JournalTest, RewritingReplacesTheContentAndLeavesNoOtherFiles) {
   WriteJournal(dir_, FullRecord());
   JournalRecord second;
   second.job_id = "fedcba9876543210";
-  second.args = {"--epochs", "3"};
+  second.job.train.epochs = 3;
   second.generation = 2;
   second.checkpoint = StatePoint{1, 64, 9};
   for (int i = 0; i < 5; ++i) {

@@ -46,7 +46,7 @@
 #include "trainer/elastic/controller_link.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/generation_world.h"
-#include "trainer/elastic/job_keys.h"
+#include "trainer/elastic/job_spec.h"
 #include "trainer/elastic/metered_communicator.h"
 #include "trainer/elastic/source_address.h"
 #include "trainer/elastic/step_watchdog.h"
@@ -774,13 +774,13 @@ int RunWorker(const JobProgram& program) {
     auto actors = std::make_unique<runtime::ActorSystem>(actor_options);
     const runtime::Endpoint controller =
         ControllerEndpoint(head->LookupActor(kControllerActor, std::chrono::seconds(60)), env);
-    // The job's flags, the same for every worker wherever it was started.
+    // The job's settings, the same for every worker wherever it was started.
     const std::string spec = AskForJobSpec(*actors, controller, std::chrono::seconds(60));
     MessageBytes bytes(spec, "job spec");
-    TrainOptions train = program.defaults;
-    ElasticOptions elastic;
     const proto::JobSpec::Reader job = bytes.Get<proto::JobSpec>();
-    ParseJobArgs(ToStrings(job.getArgs()), &train, &elastic);
+    const TrainOptions train = ReadTrainSpec(job.getTrain());
+    ElasticOptions elastic;
+    ReadElasticSpec(job.getElastic(), &elastic);
     Task task = program.make_task(train);
     task.Check();
     Worker worker(std::move(head), std::move(actors), controller, train, elastic,
