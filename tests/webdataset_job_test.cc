@@ -127,15 +127,17 @@ FaultedJob RunThroughKillAndJoin(const std::vector<std::string>& args, const std
   job.joiner_workers = WorkersStartedBy(joiner.Output());
   // The kill rolled the job back to the commit of step 16, and the joiner
   // came in at the first epoch boundary: the worlds the recipe promises.
+  // (Not which generation numbers: a survivor in the allreduce the kill broke
+  // reports a fault first, and the controller re-forms a generation of two
+  // before it learns of the death.)
   EXPECT_TRUE(std::regex_search(
-      job.output, std::regex("params generation=2 rank=0 world=1 checksum=[0-9a-f]+ epoch=0 "
+      job.output, std::regex("params generation=\\d+ rank=0 world=1 checksum=[0-9a-f]+ epoch=0 "
                              "position=\\d+ step=" +
                              std::to_string(kRolledBackTo))))
       << name << ": the kill did not land between the commits of steps " << kRolledBackTo << " and "
       << 2 * kRolledBackTo << WithoutProgress(job.output);
-  EXPECT_TRUE(std::regex_search(job.output,
-                                std::regex("params generation=3 rank=1 world=2 checksum=[0-9a-f]+ "
-                                           "epoch=1 position=0 ")))
+  EXPECT_TRUE(std::regex_search(job.output, std::regex("params generation=\\d+ rank=1 world=2 "
+                                                       "checksum=[0-9a-f]+ epoch=1 position=0 ")))
       << name << ": the joiner did not enter at the first epoch boundary"
       << WithoutProgress(job.output);
   ExpectOneChecksumPerGeneration(job.output);
