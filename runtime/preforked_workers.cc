@@ -112,7 +112,12 @@ PreforkedWorkers::PreforkedWorkers(uint32_t count, Entry entry) {
 
 PreforkedWorkers::~PreforkedWorkers() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const Child& child : waiting_) close(child.order_fd);
+  // A child without an order has nothing to finish: ended outright, so the
+  // wait below is bounded even for one that is stopped.
+  for (const Child& child : waiting_) {
+    close(child.order_fd);
+    kill(child.pid, SIGKILL);
+  }
   for (const Child& child : waiting_) waitpid(child.pid, nullptr, 0);
 }
 

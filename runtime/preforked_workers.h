@@ -12,10 +12,10 @@
 // process already has a second thread).
 //
 // A child that is never given an order (the agent stopped first) exits 0 at
-// the pipe's end of file; PR_SET_PDEATHSIG=SIGKILL ends it with the thread
-// that forked it. A child that is given one becomes the worker: same pid, its
-// own process group, the order's environment, a signal mask with nothing
-// blocked, every descriptor above stdio closed, and `entry(args)` as its main.
+// the socket's end of file, and is killed outright when the PreforkedWorkers
+// goes away; PR_SET_PDEATHSIG=SIGKILL ends it with the thread that forked it. A child that is given
+// one becomes the worker: same pid, its own process group, the order's environment, a signal mask
+// with nothing blocked, every descriptor above stdio closed, and `entry(args)` as its main.
 #pragma once
 
 #include <sys/types.h>
@@ -39,7 +39,7 @@ class PreforkedWorkers {
   // otherwise forks none (why_none() says why). Call from the thread that
   // will outlive the workers (the children die with it).
   PreforkedWorkers(uint32_t count, Entry entry);
-  // Children not given an order read end of file and exit 0.
+  // Children not given an order are ended (SIGKILL) and reaped.
   ~PreforkedWorkers();
   PreforkedWorkers(const PreforkedWorkers&) = delete;
   PreforkedWorkers& operator=(const PreforkedWorkers&) = delete;

@@ -76,7 +76,7 @@ TEST(PreforkedWorkersTest, AChildBecomesTheWorkerItIsToldToBe) {
                                  " --role=worker\nrole trainer\nparent-only unset\nown group yes\n"
                                  "SIGTERM blocked no\nfd 42 open no\n");
   }
-  // The child not given an order read end of file and exited; the destructor reaped it.
+  // The child not given an order was ended and reaped by the destructor.
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
   ::unsetenv("PREFORK_TEST_PARENT_ONLY");

@@ -1,11 +1,9 @@
 #include "trainer/elastic/job_spec.h"
 
-#include <capnp/message.h>
-#include <capnp/serialize.h>
-
 #include <map>
 #include <set>
 
+#include "trainer/elastic/control_messages.h"
 #include "trainer/flags.h"
 
 namespace elastic::trainer {
@@ -133,14 +131,11 @@ void TakeElasticScope(const ElasticOptions& from, ElasticOptions* to) {
 }
 
 std::string EncodeJobSpec(const std::string& job_id, const JobSettings& job) {
-  capnp::MallocMessageBuilder message;
-  proto::JobSpec::Builder spec = message.initRoot<proto::JobSpec>();
-  spec.setJobId(job_id);
-  WriteTrainSpec(job.train, spec.initTrain());
-  WriteElasticSpec(job.elastic, spec.initElastic());
-  const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return EncodeMessage<proto::JobSpec>([&](proto::JobSpec::Builder spec) {
+    spec.setJobId(job_id);
+    WriteTrainSpec(job.train, spec.initTrain());
+    WriteElasticSpec(job.elastic, spec.initElastic());
+  });
 }
 
 JobSettings SettingsFromFlags(const std::vector<std::string>& flags) {
@@ -164,14 +159,20 @@ std::vector<FlagChange> ChangesToJob(const JobSettings& job, const JobSettings& 
   FlagSet line_flags("cifar", "");
   RegisterTrainFlags(line_flags, line_copy.train);
   RegisterElasticFlags(line_flags, line_copy.elastic);
+  std::map<std::string, std::string> before = job_flags.Values(FlagScope::kTraining);
+  std::map<std::string, std::string> after = line_flags.Values(FlagScope::kTraining);
+  before.merge(job_flags.Values(FlagScope::kElastic));
+  after.merge(line_flags.Values(FlagScope::kElastic));
   std::vector<FlagChange> changes;
   std::set<std::string> seen;
   for (const std::string& name : given) {
-    const FlagScope scope = line_flags.ScopeOf(name);
-    if (scope == FlagScope::kProcess || !seen.insert(name).second) continue;
-    const std::string before = job_flags.Values(scope).at(name);
-    const std::string after = line_flags.Values(scope).at(name);
-    if (before != after) changes.push_back(FlagChange{name, before, after});
+    // Process-scope flags are in neither map: this process's own, never a change.
+    const auto job_value = before.find(name);
+    if (job_value == before.end() || !seen.insert(name).second) continue;
+    const std::string& given_value = after.at(name);
+    if (job_value->second != given_value) {
+      changes.push_back(FlagChange{name, job_value->second, given_value});
+    }
   }
   return changes;
 }
