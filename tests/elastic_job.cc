@@ -28,16 +28,16 @@ std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs
           // lr 0.05 x 2, which these scenarios were written for.
           "--batch-size=64", "--lr=0.1", "--warmup-epochs=0", "--seed=1", "--loader-threads=1",
           "--log-every=1", "--commit-every=8", "--log-samples=" + dir + "/samples",
-          "--checkpoint-dir=" + dir + "/checkpoint"};
+          "--checkpoint-dir=" + dir + "/checkpoint", "--run-dir=" + RunDir(dir)};
 }
 
-// pid of the worker that had `rank` in `generation` (from its sync log line).
-pid_t WorkerPid(Process& driver, int generation, int rank) {
-  const std::smatch m = driver.WaitFor(
-      "\\[worker \\d+ pid (\\d+)\\] params generation=" + std::to_string(generation) +
-          " rank=" + std::to_string(rank) + " ",
-      std::chrono::seconds(120));
-  return m.empty() ? -1 : static_cast<pid_t>(std::stol(m[1]));
+std::string RunDir(const std::string& dir) { return dir + "/run"; }
+
+pid_t WorkerPid(const std::string& run_dir, int generation, int rank) {
+  const JobEvent params = WaitForEvent(run_dir, std::chrono::seconds(120), [&](const JobEvent& e) {
+    return e["event"] == "params" && e["generation"] == generation && e["rank"] == rank;
+  });
+  return params.is_null() ? -1 : params["pid"].get<pid_t>();
 }
 
 // The port the driver's head listens on, once it says so ("" if it never does).
@@ -89,13 +89,9 @@ void CheckSamples(const std::string& dir, int epochs) {
   ExpectEverySampleOnce(dir + "/samples", kTrainSamples, epochs);
 }
 
-// The last (1-based) epoch whose summary `output` printed; 0 if none.
-int LastPrintedEpoch(const std::string& output) {
-  const std::regex re("epoch (\\d+)/\\d+ world \\d+ \\|");
+int LastEpoch(const JobEvents& events) {
   int last = 0;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it)
-    last = std::max(last, std::stoi((*it)[1]));
+  for (const JobEvent& e : events.Of("epoch")) last = std::max(last, e["epoch"].get<int>());
   return last;
 }
 
@@ -188,14 +184,10 @@ int ResetConnectionsOf(pid_t pid, int remote_port) {
   return static_cast<int>(connections.size());
 }
 
-// The step of the state the first generation after `generation` restored
-// (from any rank's sync line), or -1.
-int64_t StepRestoredAfter(const std::string& output, int generation) {
-  const std::regex re(
-      "params generation=(\\d+) rank=0 world=\\d+ checksum=[0-9a-f]+ "
-      "epoch=\\d+ position=\\d+ step=(\\d+)");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    if (std::stoi((*it)[1]) > generation) return std::stoll((*it)[2]);
+int64_t StepRestoredAfter(const JobEvents& events, int generation) {
+  for (const JobEvent& p : events.Of("params"))
+    if (p["generation"].get<int>() > generation && p["rank"] == 0)
+      return p["point"]["step"].get<int64_t>();
   return -1;
 }
 

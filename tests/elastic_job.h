@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace elastic::tests {
@@ -19,7 +20,8 @@ inline constexpr int64_t kTrainSamples = 3072;
 inline constexpr char kBinary[] = "trainer/cifar";
 
 // The flags of a job of `workers` local workers and `epochs` epochs with its
-// samples logged in dir/samples and its checkpoint in dir/checkpoint.
+// samples logged in dir/samples, its checkpoint in dir/checkpoint and its
+// event log in RunDir(dir).
 std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs);
 
 // A node of `workers` workers joining the head at 127.0.0.1:`port` with the
@@ -27,8 +29,12 @@ std::vector<std::string> JobArgs(const std::string& dir, int workers, int epochs
 std::unique_ptr<Process> JoinNode(const std::string& port, int workers,
                                   const std::string& token_file, const std::string& log);
 
-// pid of the worker that had `rank` in `generation` (from its sync log line).
-pid_t WorkerPid(Process& driver, int generation, int rank);
+// Where JobArgs(dir, ...) has the job write its events.jsonl: dir/run.
+std::string RunDir(const std::string& dir);
+
+// pid of the worker that had `rank` in `generation` (its "params" event in
+// the log in `run_dir`), waiting up to 120 s for it; -1 if it never came.
+pid_t WorkerPid(const std::string& run_dir, int generation, int rank);
 
 // A port P for a head that is restarted with --port=P, such that P and P+1
 // (its controller's) are free now and below the kernel's ephemeral range:
@@ -46,12 +52,12 @@ bool WaitForStep(Process& driver, int epoch, int step);
 // once (--log-samples=dir/samples).
 void CheckSamples(const std::string& dir, int epochs);
 
-// The last (1-based) epoch whose summary `output` printed; 0 if none.
-int LastPrintedEpoch(const std::string& output);
+// The last (1-based) epoch the log has a summary of; 0 if none.
+int LastEpoch(const JobEvents& events);
 
 // The step of the state the first generation after `generation` restored
-// (from any rank's sync line), or -1.
-int64_t StepRestoredAfter(const std::string& output, int generation);
+// (its rank 0's "params" event), or -1.
+int64_t StepRestoredAfter(const JobEvents& events, int generation);
 
 // Resets every established TCP connection of process `pid` (its own end, found
 // through /proc) with `ss -K`, as a NAT timeout or a middlebox would: the

@@ -23,19 +23,18 @@ std::string FreshTempDir(const std::string& name) {
   return dir;
 }
 
-void ExpectOneChecksumPerGeneration(const std::string& output) {
-  const std::regex re("params generation=(\\d+) rank=(\\d+) world=(\\d+) checksum=([0-9a-f]+)");
-  std::map<int, std::set<std::string>> by_generation;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    by_generation[std::stoi((*it)[1])].insert((*it)[4]);
+void ExpectOneChecksumPerGeneration(const JobEvents& events) {
+  std::map<int64_t, std::set<std::string>> by_generation;
+  for (const JobEvent& p : events.Of("params")) {
+    by_generation[p["generation"].get<int64_t>()].insert(p["checksum"].get<std::string>());
+    EXPECT_LT(p["rank"].get<int>(), p["world"].get<int>()) << p.dump();
   }
-  EXPECT_FALSE(by_generation.empty()) << output;
+  EXPECT_FALSE(by_generation.empty()) << "no generation reported its parameters\n" << events.Text();
   for (const auto& [generation, sums] : by_generation) {
     EXPECT_EQ(sums.size(), 1u) << "ranks of generation " << generation
-                               << " hold different parameters";
+                               << " hold different parameters\n"
+                               << events.Text();
   }
-  EXPECT_EQ(output.find("checksum mismatch"), std::string::npos);
 }
 
 void ExpectStepsWithinTheirEpoch(const std::string& output) {
@@ -48,33 +47,27 @@ void ExpectStepsWithinTheirEpoch(const std::string& output) {
   EXPECT_GT(lines, 0) << "no progress line in the output";
 }
 
-bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds timeout) {
-  const std::string summary = "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|";
-  if (driver.WaitFor(summary, timeout).empty()) {
+bool StopAfterAnEpochWithWorld(Process& driver, const std::string& run_dir, int world,
+                               std::chrono::seconds timeout) {
+  const JobEvent epoch = WaitForEvent(run_dir, timeout, [world](const JobEvent& e) {
+    return e["event"] == "epoch" && e["world"] == world;
+  });
+  if (epoch.is_null()) {
     ::kill(driver.pid(), SIGKILL);
     return false;
   }
   return ::kill(driver.pid(), SIGTERM) == 0;
 }
 
-double LastTestAccuracy(const std::string& output) {
-  const std::regex re("\\| test loss \\S+ acc ([0-9.]+)%");
-  double last = -1;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    last = std::stod((*it)[1]);
-  }
-  return last;
+double LastTestAccuracy(const JobEvents& events) {
+  const JobEvent last = events.Last("epoch");
+  return last.is_null() || last["test_metric"].is_null() ? -1
+                                                         : 100 * last["test_metric"].get<double>();
 }
 
-double LastValidationLoss(const std::string& output) {
-  const std::regex re("\\| test loss ([0-9.]+) perplexity");
-  double last = -1;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    last = std::stod((*it)[1]);
-  }
-  return last;
+double LastValidationLoss(const JobEvents& events) {
+  const JobEvent last = events.Last("epoch");
+  return last.is_null() || last["test_loss"].is_null() ? -1 : last["test_loss"].get<double>();
 }
 
 std::string TinyShakespeareText() {
@@ -94,10 +87,10 @@ std::string PrepareTinyShakespeare(const std::string& dir) {
   return ok ? out : "";
 }
 
-int PrintedEpochCount(const std::string& output) {
-  const std::regex re("epoch \\d+/\\d+ world \\d+ \\|");
-  return static_cast<int>(std::distance(std::sregex_iterator(output.begin(), output.end(), re),
-                                        std::sregex_iterator()));
+int EpochCount(const JobEvents& events) {
+  std::set<int64_t> epochs;
+  for (const JobEvent& e : events.Of("epoch")) epochs.insert(e["epoch"].get<int64_t>());
+  return static_cast<int>(epochs.size());
 }
 
 void ExpectEverySampleOnce(const std::string& samples_dir, int64_t train_samples, int epochs) {

@@ -1,12 +1,13 @@
 // What the end-to-end tests of //trainer:cifar share besides Process: a fresh
-// directory per scenario, the checksum invariant read off a job's output, and
-// ending a job once a membership change took effect.
+// directory per scenario, the checksum invariant read off a job's event log,
+// and ending a job once a membership change took effect.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace elastic::tests {
@@ -14,29 +15,30 @@ namespace elastic::tests {
 // An empty directory `name` under $TEST_TMPDIR (or /tmp outside Bazel).
 std::string FreshTempDir(const std::string& name);
 
-// Every generation's ranks logged one and the same parameter checksum after
-// their sync ("params generation=G rank=R world=W checksum=C"), at least one
-// generation did, and no worker reported a mismatch. Google Test expectations.
-void ExpectOneChecksumPerGeneration(const std::string& output);
+// Every generation's ranks reported one and the same parameter checksum after
+// their sync (the "params" events), at least one generation did, and every
+// rank was within its world. Google Test expectations.
+void ExpectOneChecksumPerGeneration(const JobEvents& events);
 
 // No progress line counts past its epoch ("epoch E/N step S/T" with S > T):
 // a generation that redoes part of an epoch with another world has another
-// number of steps, and the line must say so.
+// number of steps, and the line must say so. (This checks the line people
+// read itself; it is the one check made on printed text.)
 void ExpectStepsWithinTheirEpoch(const std::string& output);
 
-// Waits until the driver printed an epoch summary with `world` workers, then
-// sends it SIGTERM: the job stops at the next epoch boundary with a checkpoint
-// (exit status 3). A test whose membership change must take effect runs as
-// many epochs as that takes on a loaded machine, and one more. False (with
-// the driver killed) if no such epoch came within `timeout`.
-bool StopAfterAnEpochWithWorld(Process& driver, int world, std::chrono::seconds timeout);
+// Waits until the job's log in `run_dir` has an epoch of `world` workers,
+// then sends the driver SIGTERM: the job stops at the next epoch boundary
+// with a checkpoint (exit status 3). A test whose membership change must take
+// effect runs as many epochs as that takes on a loaded machine, and one more.
+// False (with the driver killed) if no such epoch came within `timeout`.
+bool StopAfterAnEpochWithWorld(Process& driver, const std::string& run_dir, int world,
+                               std::chrono::seconds timeout);
 
-// The test accuracy (percent) of the last epoch summary the driver printed, or -1.
-double LastTestAccuracy(const std::string& output);
+// The test accuracy (percent) of the last epoch in the log, or -1.
+double LastTestAccuracy(const JobEvents& events);
 
-// The validation loss of the last epoch summary of a language model
-// ("| test loss X perplexity Y"), or -1.
-double LastValidationLoss(const std::string& output);
+// The validation loss of the last epoch in the log, or -1.
+double LastValidationLoss(const JobEvents& events);
 
 // Tiny Shakespeare's input.txt where ELASTIC_TINYSHAKESPEARE names its
 // directory (../shared/data/tinyshakespeare), or "" when it is not there.
@@ -47,8 +49,8 @@ std::string TinyShakespeareText();
 // and returns that directory; a Google Test failure and "" if it failed.
 std::string PrepareTinyShakespeare(const std::string& dir);
 
-// The epoch summaries ("epoch E/N world W | ...") the driver printed.
-int PrintedEpochCount(const std::string& output);
+// The epochs the log has a summary of (each once, whatever was redone).
+int EpochCount(const JobEvents& events);
 
 // Every sample of each of the first `epochs` epochs was trained on exactly
 // once, across all workers and generations, discarding the steps a later

@@ -213,6 +213,19 @@ struct Synced {
   state @3 :Data;  # the state synced, when the order asked (Generation.sendCopy)
 }
 
+# Every member -> controller (ToController.params, a tell): the checksum of
+# the parameters it holds once its generation restored its state, for the
+# event log (events.jsonl: every rank of a generation must hold the same).
+struct ParamsChecksum {
+  generation @0 :UInt64;
+  memberId @1 :UInt64;
+  rank @2 :Int32;
+  world @3 :Int32;
+  checksum @4 :UInt64;
+  point @5 :StatePoint;  # the state restored
+  pid @6 :Int32;         # the member's process, on its machine
+}
+
 # Rank 0 -> controller (ToController.firstStep, a tell): wall-clock time of
 # the generation's first step, for the rescale time.
 struct FirstStep {
@@ -284,6 +297,7 @@ struct ToController {
     stats @12 :WorkerStats;
     tick @13 :Void;                  # the controller's own clock (its tick thread)
     evaluation @14 :Evaluation;
+    params @15 :ParamsChecksum;
   }
 }
 
@@ -322,6 +336,7 @@ struct Journal {
   copy @15 :StoredCopy;
   train @16 :TrainSpec;      # the job's settings (what workers get as their JobSpec)
   elastic @17 :ElasticSpec;
+  runDir @18 :Text;          # where the job's events.jsonl is (a restarted driver appends there)
 }
 
 # A copy of the job's state in --state-dir, complete before the journal names it.

@@ -92,6 +92,13 @@ std::vector<FuzzBytes> Seeds() {
     ToProto(point, m.initPoint());
     m.setChecksum(99);
   }));
+  to_controller(EncodeControl<proto::ParamsChecksum>([&](auto m) {
+    m.setGeneration(2);
+    m.setRank(1);
+    m.setWorld(2);
+    m.setChecksum(99);
+    ToProto(point, m.initPoint());
+  }));
   to_controller(EncodeControl<proto::FirstStep>([](auto m) { m.setGeneration(2); }));
   to_controller(EncodeControl<proto::CheckpointWritten>([&](auto m) {
     ToProto(point, m.initPoint());

@@ -72,6 +72,7 @@ ELASTIC_CONTROL_MEMBER(ToController, Fault, Fault, "fault");
 ELASTIC_CONTROL_MEMBER(ToController, Draining, Draining, "draining");
 ELASTIC_CONTROL_MEMBER(ToController, Done, Done, "done");  // an ask, answered once known
 ELASTIC_CONTROL_MEMBER(ToController, WorkerStats, Stats, "stats");
+ELASTIC_CONTROL_MEMBER(ToController, ParamsChecksum, Params, "params");
 #undef ELASTIC_CONTROL_MEMBER
 
 // Builds a message of type T with fill(T::Builder) and returns its bytes.

@@ -29,6 +29,7 @@ class ControllerMessages {
   virtual void OnDraining(proto::Draining::Reader draining) = 0;
   virtual void OnDone(proto::Done::Reader done) = 0;
   virtual void OnStats(proto::WorkerStats::Reader stats) = 0;
+  virtual void OnParams(proto::ParamsChecksum::Reader params) = 0;
 };
 
 // Calls `to`'s handler of `message`'s member and returns its answer (empty for

@@ -29,6 +29,7 @@ class Recorder : public ControllerMessages {
   void OnProgress(proto::Progress::Reader m) override { Add("progress", m.getStep()); }
   void OnEpoch(proto::EpochSummary::Reader m) override { Add("epoch", m.getEpoch()); }
   void OnEvaluation(proto::Evaluation::Reader m) override { Add("evaluation", m.getStep()); }
+  void OnParams(proto::ParamsChecksum::Reader m) override { Add("params", m.getChecksum()); }
   void OnCommit(proto::CommitReport::Reader m) override { Add("commit", m.getGeneration()); }
   void OnSynced(proto::Synced::Reader m) override { Add("synced", m.getChecksum()); }
   void OnFirstStep(proto::FirstStep::Reader m) override { Add("firstStep", m.getGeneration()); }
@@ -76,10 +77,13 @@ TEST(ControllerDispatchTest, EveryMemberReachesItsHandler) {
       EncodeControl<proto::WorkerStats>([](proto::WorkerStats::Builder m) { m.setRank(11); }), r);
   Dispatched(EncodeControl<proto::Evaluation>([](proto::Evaluation::Builder m) { m.setStep(12); }),
              r);
+  Dispatched(EncodeControl<proto::ParamsChecksum>(
+                 [](proto::ParamsChecksum::Builder m) { m.setChecksum(13); }),
+             r);
   EXPECT_EQ(r.calls, (std::vector<std::string>{"tick", "spec", "hello 1", "progress 2", "epoch 3",
                                                "commit 4", "synced 5", "firstStep 6",
                                                "checkpoint 7", "fault 8", "draining 9", "done 10",
-                                               "stats 11", "evaluation 12"}));
+                                               "stats 11", "evaluation 12", "params 13"}));
 }
 
 // A ToController message whose member is `which`: the union's discriminant

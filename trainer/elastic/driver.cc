@@ -47,6 +47,7 @@
 #include "trainer/elastic/job_spec.h"
 #include "trainer/elastic/journal.h"
 #include "trainer/elastic/preemption_notice.h"
+#include "trainer/elastic/run_events.h"
 #include "trainer/model_export.h"
 #include "trainer/progress.h"
 
@@ -140,7 +141,8 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   ControllerActor(const ElasticOptions& elastic, const TrainOptions& train, std::string job_id,
                   JobSettings job, ControllerConfig config,
                   const std::optional<TakenOver>& taken_over, runtime::Head& head,
-                  runtime::ActorSystem& actors, JobMetrics& metrics, const MetricLabel& metric)
+                  runtime::ActorSystem& actors, JobMetrics& metrics, const MetricLabel& metric,
+                  EventLog& events)
       : elastic_(elastic),
         train_(train),
         job_id_(std::move(job_id)),
@@ -149,6 +151,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
         actors_(actors),
         metrics_(metrics),
         metric_(metric),
+        events_(events),
         reporter_(stdout, ProgressReporter::IsTerminal(stdout), train.log_every, metric),
         start_(Clock::now()),
         // Before the first sync nobody holds anything yet: the job starts anew.
@@ -206,8 +209,10 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void OnCheckpoint(proto::CheckpointWritten::Reader written) override;
   void OnFault(proto::Fault::Reader f) override;
   void OnDraining(proto::Draining::Reader draining) override;
+  void OnMemberDraining(uint64_t member);
   void OnDone(proto::Done::Reader d) override;
   void OnStats(proto::WorkerStats::Reader stats) override;
+  void OnParams(proto::ParamsChecksum::Reader params) override;
   // A view newer than any seen: says so and tells the metrics.
   void OnNewView(const runtime::MembershipView& view);
 
@@ -237,6 +242,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   runtime::ActorSystem& actors_;
   JobMetrics& metrics_;
   const MetricLabel metric_;
+  EventLog& events_;
   ProgressReporter reporter_;
   const Clock::time_point start_;
   JobController machine_;
@@ -259,6 +265,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   int64_t printed_epoch_ = 0;      // 1-based epoch of the last summary printed
   int64_t printed_eval_step_ = 0;  // step of the last --eval-every evaluation printed
   std::set<uint64_t> bad_stats_;
+  std::set<uint64_t> draining_logged_;  // members whose draining is in the event log
   Clock::time_point last_runtime_stats_;
   MembershipUpdate last_membership_;  // the head's, as last forwarded
   std::string journal_error_;         // the last one said, so a full disk is said once
@@ -280,6 +287,7 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   record.world_of_newest = static_cast<uint32_t>(machine_.world_of_newest());
   record.checkpoint = machine_.checkpoint();
   record.printed_epoch = printed_epoch_;
+  record.run_dir = std::filesystem::path(events_.path()).parent_path().string();
   // A copy rank 0 could not load is no source any more, here or after a restart.
   if (!machine_.copy()) stored_copy_.reset();
   record.copy = stored_copy_;
@@ -304,6 +312,7 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
     for (uint64_t id : runtime::MembersGoneBetween(last_membership_, update)) {
       Say("driver: worker " + std::to_string(id) +
           " went away while the controller's session with the head was lost");
+      events_.Append(run_event::Leave{id, 0, "gone while the head session was lost"});
       Feed(event::Gone{id, false});
     }
   }
@@ -311,9 +320,11 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
   switch (update.kind) {
     case runtime::MembershipEventKind::kFailed:
       metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
+      events_.Append(run_event::Leave{update.member_id, update.node_id, "failed"});
       Feed(event::Gone{update.member_id, true, update.node_id});
       break;
     case runtime::MembershipEventKind::kLeft:
+      events_.Append(run_event::Leave{update.member_id, update.node_id, "left"});
       Feed(event::Gone{update.member_id, false, update.node_id});
       break;
     case runtime::MembershipEventKind::kExited:
@@ -321,9 +332,9 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
       break;
     case runtime::MembershipEventKind::kDraining:
       for (const MemberInfo& m : update.view.members)
-        if (m.draining) Feed(event::Draining{m.id});
+        if (m.draining) OnMemberDraining(m.id);
       for (const MemberInfo& m : update.pending)
-        if (m.draining) Feed(event::Draining{m.id});
+        if (m.draining) OnMemberDraining(m.id);
       break;
     default:
       break;
@@ -369,6 +380,7 @@ void ControllerActor::OnHello(proto::Hello::Reader hello) {
   if (member == nullptr) return;
   std::optional<StatePoint> holds;
   if (hello.getHoldsCommit()) holds = FromProto(hello.getCommit());
+  events_.Append(run_event::Join{member->id, member->node_id, holds});
   Feed(event::Registered{member->id, member->node_id, holds});
 }
 
@@ -421,6 +433,18 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   report.images_per_second = e.getImagesPerSecond();
   report.seconds = e.getSeconds();
   metrics_.OnEpoch(report);
+  run_event::Epoch logged;
+  logged.epoch = e.getEpoch();
+  logged.epochs = e.getEpochs();
+  logged.world = e.getWorld();
+  logged.train_loss = e.getTrainLoss();
+  logged.train_metric = e.getTrainAccuracy();
+  logged.test_loss = e.getTestLoss();
+  logged.test_metric = e.getTestAccuracy();
+  logged.samples_per_second = e.getImagesPerSecond();
+  logged.tokens_per_second = metric_.unit == "tok" ? metric_.Rate(e.getImagesPerSecond()) : 0;
+  logged.seconds = e.getSeconds();
+  events_.Append(logged);
 }
 
 void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
@@ -436,11 +460,16 @@ void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
   summary.test_accuracy = e.getTestAccuracy();
   summary.seconds = e.getSeconds();
   reporter_.Evaluated(summary);
+  events_.Append(run_event::Evaluation{summary.step, summary.epoch, summary.epoch_fraction,
+                                       summary.world, summary.test_loss, summary.test_accuracy,
+                                       summary.seconds});
   metrics_.OnEvaluation(summary.test_loss, summary.test_accuracy);
 }
 
 void ControllerActor::OnCommit(proto::CommitReport::Reader c) {
   const bool copy = c.getState().size() > 0;
+  events_.Append(run_event::Commit{c.getGeneration(), FromProto(c.getPoint()), c.getMemberId(),
+                                   c.getStoppedOnRequest()});
   if (copy && c.getGeneration() == machine_.generation())
     KeepCopy(c.getState(), FromProto(c.getPoint()));
   Feed(event::Commit{c.getGeneration(), FromProto(c.getPoint()), copy, c.getStoppedOnRequest(),
@@ -449,9 +478,11 @@ void ControllerActor::OnCommit(proto::CommitReport::Reader c) {
 
 void ControllerActor::KeepCopy(const capnp::Data::Reader& state, const StatePoint& point) {
   copy_ = runtime::ToBytes(state);
-  if (!copies_) return;
+  if (!copies_) return events_.Append(run_event::ControllerCopy{point, ""});
   try {
     stored_copy_ = copies_->Write(point, copy_);
+    events_.Append(run_event::ControllerCopy{
+        point, (std::filesystem::path(elastic_.state_dir) / stored_copy_->file).string()});
     if (!copy_error_.empty())
       Say("driver: the controller's copy is written to --state-dir again (" + ToString(point) +
           ")");
@@ -493,19 +524,29 @@ void ControllerActor::OnFirstStep(proto::FirstStep::Reader f) {
                 since_view);
   Say(line);
   metrics_.OnRescale(since_view);
+  events_.Append(run_event::FirstStep{generation_, static_cast<int64_t>(world_), since_view});
 }
 
 void ControllerActor::OnCheckpoint(proto::CheckpointWritten::Reader written) {
+  events_.Append(run_event::Checkpoint{FromProto(written.getPoint()), written.getPath().cStr()});
   Feed(event::CheckpointWritten{FromProto(written.getPoint())});
 }
 
 void ControllerActor::OnFault(proto::Fault::Reader f) {
+  events_.Append(run_event::Fault{f.getGeneration(), f.getMemberId(), f.getReason().cStr(),
+                                  f.getStateUnavailable()});
   Feed(event::Fault{f.getGeneration(), f.getMemberId(), f.getReason().cStr(),
                     f.getStateUnavailable()});
 }
 
 void ControllerActor::OnDraining(proto::Draining::Reader draining) {
-  Feed(event::Draining{draining.getMemberId()});
+  OnMemberDraining(draining.getMemberId());
+}
+
+void ControllerActor::OnMemberDraining(uint64_t member) {
+  // The head repeats a draining member in every later update.
+  if (draining_logged_.insert(member).second) events_.Append(run_event::Draining{member});
+  Feed(event::Draining{member});
 }
 
 void ControllerActor::OnDone(proto::Done::Reader d) {
@@ -516,7 +557,14 @@ void ControllerActor::OnDone(proto::Done::Reader d) {
                 d.getEarlyStop() ? " (early stop)" : "");
   reporter_.Note(line);
   reporter_.Note(TrainedModelNote(train_.checkpoint_dir, !train_.model_file.empty()).c_str());
+  events_.Append(run_event::Done{d.getGeneration(), d.getEpochs(), d.getSteps(),
+                                 d.getTestAccuracy(), d.getEarlyStop()});
   Feed(event::Done{d.getGeneration()});
+}
+
+void ControllerActor::OnParams(proto::ParamsChecksum::Reader p) {
+  events_.Append(run_event::Params{p.getGeneration(), p.getMemberId(), p.getRank(), p.getWorld(),
+                                   p.getChecksum(), FromProto(p.getPoint()), p.getPid()});
 }
 
 void ControllerActor::OnStats(proto::WorkerStats::Reader stats) {
@@ -557,12 +605,15 @@ void ControllerActor::Carry(const action::Publish& publish) {
   Say("driver: published generation " + std::to_string(view.generation) + " with " +
       std::to_string(publish.members.size()) + " workers [" + Ids(publish.members) + "] (" +
       publish.reason + ")");
+  events_.Append(run_event::View{view.generation, publish.members, publish.reason});
   OnNewView(view);
   Feed(event::ViewChanged{view.generation, publish.members});
 }
 
 void ControllerActor::Carry(const action::StartGeneration& start) {
   current_reason_ = start.reason;
+  events_.Append(run_event::Generation{start.generation, start.members, start.source, start.reason,
+                                       start.stop});
   if (start.source.kind != SourceKind::kMember && start.source.kind != SourceKind::kFresh) {
     Say("driver: generation " + std::to_string(start.generation) + " restores " +
         ToString(start.source.kind) + " (" + ToString(start.source.point) + ")");
@@ -626,6 +677,7 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
 void ControllerActor::Carry(const action::Finish& finish) {
   if (finish_sent_) return;
   finish_sent_ = true;
+  events_.Append(run_event::End{finish.exit_code});
   WriteJournalNow(finish.exit_code);
   finished_.set_value(finish.exit_code);
 }
@@ -652,10 +704,14 @@ void WaitForEveryoneToLeave(runtime::Head& head, std::chrono::seconds limit) {
   }
 }
 
-// --run-dir, or runs/<date-time> where the user started the job (`bazel run`
-// runs the binary elsewhere and says where in BUILD_WORKING_DIRECTORY).
-std::string RunDirectory(const ElasticOptions& elastic) {
+// --run-dir; else, for a job taken over, the one its journal names (its
+// event log goes on there); else runs/<date-time> where the user started the
+// job (`bazel run` runs the binary elsewhere and says where in
+// BUILD_WORKING_DIRECTORY).
+std::string RunDirectory(const ElasticOptions& elastic,
+                         const std::optional<TakenOver>& taken_over) {
   if (!elastic.run_dir.empty()) return elastic.run_dir;
+  if (taken_over && !taken_over->journal.run_dir.empty()) return taken_over->journal.run_dir;
   const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
   char stamp[32];
   const std::time_t now = std::time(nullptr);
@@ -977,10 +1033,17 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
                                   : " (token in " + elastic.token_file + ")"));
 
   if (program.metric.unit == "tok") metrics.SetTokensPerSample(program.metric.units_per_sample);
+  const std::string run_dir = RunDirectory(command_line_elastic, taken_over);
+  EventLog events((std::filesystem::path(run_dir) / kEventsFile).string(),
+                  [](const std::string& line) { Say("driver: " + line); });
+  Say("driver: events in " + events.path());
+  events.Append(run_event::Start{
+      job_id, taken_over.has_value(), train.model_file.empty() ? train.model : train.model_file,
+      train.dataset, train.epochs, elastic.workers, program.metric.long_name});
   runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
   auto controller =
       std::make_shared<ControllerActor>(elastic, train, job_id, job, ConfigFor(elastic, train),
-                                        taken_over, head, actors, metrics, program.metric);
+                                        taken_over, head, actors, metrics, program.metric, events);
   std::future<int> finished = controller->Finished();
   const runtime::ActorRef ref = actors.Spawn(kControllerActor, controller);
   // A session of the driver's own with its head may still be lost (a stall
@@ -1005,7 +1068,7 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
         " (continue with --resume)");
   if (controller->started()) {
     try {
-      Say("driver: report " + metrics.WriteReport(RunDirectory(elastic), program.title));
+      Say("driver: report " + metrics.WriteReport(run_dir, program.title));
     } catch (const std::exception& e) {
       Say(std::string("driver: warning: no report: ") + e.what());
     }

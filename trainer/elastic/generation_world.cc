@@ -1,5 +1,7 @@
 #include "trainer/elastic/generation_world.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <thread>
 
@@ -43,6 +45,16 @@ void GenerationWorld::OnSynced(const StatePoint& p, uint64_t checksum) {
       static_cast<unsigned long long>(generation_), rank_, size_,
       static_cast<unsigned long long>(checksum), static_cast<long long>(p.epoch),
       static_cast<long long>(p.position), static_cast<long long>(p.step));
+  const ControllerLink& controller = *services_.controller;
+  controller.Tell<proto::ParamsChecksum>([&](proto::ParamsChecksum::Builder m) {
+    m.setGeneration(generation_);
+    m.setMemberId(controller.member_id());
+    m.setRank(rank_);
+    m.setWorld(size_);
+    m.setChecksum(checksum);
+    ToProto(p, m.initPoint());
+    m.setPid(::getpid());
+  });
   if (std::FILE* log = services_.sample_log) {
     std::fprintf(log, "G %llu %lld %lld %d %d\n", static_cast<unsigned long long>(generation_),
                  static_cast<long long>(p.epoch), static_cast<long long>(p.position), rank_, size_);

@@ -86,6 +86,7 @@ kj::Array<capnp::word> Encode(const JournalRecord& record) {
   journal.setHasCheckpoint(record.checkpoint.has_value());
   if (record.checkpoint) ToProto(*record.checkpoint, journal.initCheckpoint());
   journal.setPrintedEpoch(record.printed_epoch);
+  journal.setRunDir(record.run_dir);
   journal.setHasCopy(record.copy.has_value());
   if (record.copy) {
     proto::StoredCopy::Builder copy = journal.initCopy();
@@ -138,6 +139,7 @@ JournalRecord Decode(const std::string& path, const std::string& payload) {
     record.world_of_newest = journal.getWorldOfNewest();
     if (journal.getHasCheckpoint()) record.checkpoint = FromProto(journal.getCheckpoint());
     record.printed_epoch = journal.getPrintedEpoch();
+    record.run_dir = journal.getRunDir().cStr();
     if (journal.getHasCopy()) {
       const proto::StoredCopy::Reader copy = journal.getCopy();
       record.copy = StoredCopy{FromProto(copy.getPoint()), copy.getFile(), copy.getSha256()};

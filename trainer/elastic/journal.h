@@ -39,6 +39,7 @@ struct JournalRecord {
   uint32_t world_of_newest = 0;      // how many members held it
   std::optional<StatePoint> checkpoint;
   int64_t printed_epoch = 0;       // the last epoch summary printed (1-based)
+  std::string run_dir;             // where the job's events.jsonl is; "" in older journals
   std::optional<StoredCopy> copy;  // the controller's copy in the directory, complete
 };
 

@@ -87,6 +87,7 @@ JournalRecord FullRecord() {
   record.world_of_newest = 3;
   record.checkpoint = StatePoint{3, 0, 800};
   record.printed_epoch = 4;
+  record.run_dir = "/runs/20261128-101500";
   record.copy =
       StoredCopy{StatePoint{4, 1024, 970}, "copy-step970-0123456789abcdef", std::string(64, 'a')};
   return record;
@@ -117,6 +118,7 @@ void ExpectSame(const JournalRecord& a, const JournalRecord& b) {
         << ToString(*a.checkpoint) << " vs " << ToString(*b.checkpoint);
   }
   EXPECT_EQ(a.printed_epoch, b.printed_epoch);
+  EXPECT_EQ(a.run_dir, b.run_dir);
   EXPECT_EQ(a.copy.has_value(), b.copy.has_value());
   if (a.copy && b.copy) {
     EXPECT_TRUE(*a.copy == *b.copy) << a.copy->file << " " << ToString(a.copy->point) << " vs "
