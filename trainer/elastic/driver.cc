@@ -214,7 +214,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void OnStats(proto::WorkerStats::Reader stats) override;
   void OnParams(proto::ParamsChecksum::Reader params) override;
   // A view newer than any seen: says so and tells the metrics.
-  void OnNewView(const runtime::MembershipView& view);
+  void OnNewView(const runtime::MembershipView& view, const std::string& reason);
 
   void Carry(const action::Publish& publish);
   void Carry(const action::StartGeneration& start);
@@ -339,11 +339,11 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
     default:
       break;
   }
-  OnNewView(update.view);
+  OnNewView(update.view, "membership");
   Feed(event::ViewChanged{update.view.generation, MemberIds(update.view)});
 }
 
-void ControllerActor::OnNewView(const runtime::MembershipView& view) {
+void ControllerActor::OnNewView(const runtime::MembershipView& view, const std::string& reason) {
   if (view.generation <= printed_generation_ || machine_.finished()) return;
   printed_generation_ = view.generation;
   generation_ = view.generation;
@@ -353,6 +353,7 @@ void ControllerActor::OnNewView(const runtime::MembershipView& view) {
   const std::vector<uint64_t> ids = MemberIds(view);
   Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
       " workers [" + Ids(ids) + "]");
+  events_.Append(run_event::View{generation_, ids, reason});
   metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
 }
 
@@ -444,6 +445,7 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   logged.samples_per_second = e.getImagesPerSecond();
   logged.tokens_per_second = metric_.unit == "tok" ? metric_.Rate(e.getImagesPerSecond()) : 0;
   logged.seconds = e.getSeconds();
+  logged.arithmetic = e.getArithmetic().cStr();
   events_.Append(logged);
 }
 
@@ -605,8 +607,7 @@ void ControllerActor::Carry(const action::Publish& publish) {
   Say("driver: published generation " + std::to_string(view.generation) + " with " +
       std::to_string(publish.members.size()) + " workers [" + Ids(publish.members) + "] (" +
       publish.reason + ")");
-  events_.Append(run_event::View{view.generation, publish.members, publish.reason});
-  OnNewView(view);
+  OnNewView(view, publish.reason);
   Feed(event::ViewChanged{view.generation, publish.members});
 }
 
@@ -666,6 +667,7 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
     std::filesystem::create_directories(train_.checkpoint_dir);
     const std::string path = CheckpointPath(train_.checkpoint_dir);
     WriteCheckpointFile(path, commit.learner);
+    events_.Append(run_event::Checkpoint{write.point, path, true});
     Say("driver: no worker is left; wrote " + what + " to " + path +
         " (continue with --resume); the model files beside it are those of the last checkpoint "
         "a worker wrote");
@@ -677,7 +679,7 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
 void ControllerActor::Carry(const action::Finish& finish) {
   if (finish_sent_) return;
   finish_sent_ = true;
-  events_.Append(run_event::End{finish.exit_code});
+  events_.Append(run_event::End{finish.exit_code, finish.reason});
   WriteJournalNow(finish.exit_code);
   finished_.set_value(finish.exit_code);
 }

@@ -390,10 +390,10 @@ void JobController::Recover() {
   if (!(newest_reachable && back.size() >= wanted) && !(waited >= recovery_wait_ms_ && enough)) {
     if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {
       const std::string message =
-          "driver: error: only " + std::to_string(back.size()) +
+          "only " + std::to_string(back.size()) +
           " workers came back after the controller restarted, below --min-workers=" +
-          std::to_string(config_.min_workers) + "; stopping";
-      Say(message);
+          std::to_string(config_.min_workers);
+      Say("driver: error: " + message + "; stopping");
       phase_ = Phase::kRunning;
       SortNewestFirst(back);
       return StopWithCheckpoint(back, message);
@@ -476,11 +476,10 @@ void JobController::Run() {
     if (stop_signals_ > 0) return StopWithCheckpoint(staying, stopped_by_);
     if (now_ - *below_minimum_since_ > config_.rendezvous_timeout_ms) {
       const std::string message =
-          "driver: error: only " + std::to_string(staying.size()) + " workers for " +
+          "only " + std::to_string(staying.size()) + " workers for " +
           Seconds(config_.rendezvous_timeout_ms) +
-          " (--rendezvous-timeout), below --min-workers=" + std::to_string(config_.min_workers) +
-          "; stopping";
-      Say(message);
+          " (--rendezvous-timeout), below --min-workers=" + std::to_string(config_.min_workers);
+      Say("driver: error: " + message + "; stopping");
       return StopWithCheckpoint(staying, message);
     }
     return;
@@ -641,7 +640,7 @@ void JobController::Finish(int exit_code) {
   for (const auto& [id, member] : members_)
     if (!(view_finishes && Contains(view_, id))) out_.push_back(action::TellOver{id, over_reason_});
   out_.push_back(action::Journal{});
-  out_.push_back(action::Finish{exit_code});
+  out_.push_back(action::Finish{exit_code, over_reason_});
 }
 
 void JobController::Publish(std::vector<uint64_t> members, const std::string& reason) {

@@ -217,6 +217,7 @@ struct WriteCopy {
 struct Journal {};  // durable facts changed
 struct Finish {     // the job is over: wait for everyone to leave, exit with code
   int exit_code = 0;
+  std::string reason;  // why, in a few words ("the job is done", "stopped by SIGTERM ...")
 };
 }  // namespace action
 

@@ -122,6 +122,7 @@ void Fill(const run_event::Checkpoint& e, Json& j) {
   j["event"] = "checkpoint";
   j["point"] = Point(e.point);
   j["path"] = e.path;
+  j["writer"] = e.from_controller_copy ? "controller" : "worker";
 }
 void Fill(const run_event::FirstStep& e, Json& j) {
   j["event"] = "first_step";
@@ -141,6 +142,7 @@ void Fill(const run_event::Epoch& e, Json& j) {
   j["samples_per_second"] = e.samples_per_second;
   j["tokens_per_second"] = e.tokens_per_second;
   j["seconds"] = e.seconds;
+  j["arithmetic"] = e.arithmetic;
 }
 void Fill(const run_event::Evaluation& e, Json& j) {
   j["event"] = "evaluation";
@@ -163,6 +165,7 @@ void Fill(const run_event::Done& e, Json& j) {
 void Fill(const run_event::End& e, Json& j) {
   j["event"] = "end";
   j["exit_code"] = e.exit_code;
+  j["reason"] = e.reason;
   j["outcome"] = e.exit_code == kExitOk        ? "done"
                  : e.exit_code == kExitStopped ? "stopped"
                                                : "error";

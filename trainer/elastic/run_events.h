@@ -32,7 +32,8 @@ struct Start {
   int64_t workers = 0;  // --workers of the driver's own machine
   std::string metric;   // "accuracy" or "token accuracy"
 };
-// A view the controller published: its members, in rank order.
+// A new membership view: the controller published it (its reason), or the
+// head's view changed by itself (reason "membership": a worker failed or left).
 struct View {
   uint64_t generation = 0;
   std::vector<uint64_t> members;
@@ -88,6 +89,7 @@ struct ControllerCopy {  // the controller now holds the state of `point`
 struct Checkpoint {
   StatePoint point;
   std::string path;
+  bool from_controller_copy = false;  // written by the driver, no worker being left
 };
 struct FirstStep {  // the first step of a generation, after its membership change
   uint64_t generation = 0;
@@ -105,6 +107,7 @@ struct Epoch {
   double samples_per_second = 0;
   double tokens_per_second = 0;  // 0 unless the job trains on token windows
   double seconds = 0;
+  std::string arithmetic;  // rank 0's precision and memory format, e.g. "bf16, channels-last"
 };
 struct Evaluation {  // an evaluation inside an epoch (--eval-every)
   int64_t step = 0;
@@ -124,6 +127,7 @@ struct Done {  // rank 0 trained the last step
 };
 struct End {  // the job is over; the driver exits with exit_code
   int exit_code = 0;
+  std::string reason;
 };
 }  // namespace run_event
 

@@ -97,9 +97,20 @@ TEST(RunEventsTest, ANonFiniteLossIsNullNotInvalidJson) {
 }
 
 TEST(RunEventsTest, TheEndSaysTheOutcomeOfItsExitCode) {
-  EXPECT_EQ(Parsed(run_event::End{kExitOk})["outcome"], "done");
+  const json end = Parsed(run_event::End{kExitOk, "the job is done"});
+  EXPECT_EQ(end["outcome"], "done");
+  EXPECT_EQ(end["reason"], "the job is done");
   EXPECT_EQ(Parsed(run_event::End{kExitStopped})["outcome"], "stopped");
   EXPECT_EQ(Parsed(run_event::End{kExitError})["outcome"], "error");
+}
+
+TEST(RunEventsTest, ACheckpointSaysWhoWroteIt) {
+  EXPECT_EQ(
+      Parsed(run_event::Checkpoint{StatePoint{1, 0, 8}, "/c/checkpoint.ckpt", false})["writer"],
+      "worker");
+  EXPECT_EQ(
+      Parsed(run_event::Checkpoint{StatePoint{1, 0, 8}, "/c/checkpoint.ckpt", true})["writer"],
+      "controller");
 }
 
 TEST(RunEventsTest, InvalidUtf8InAReasonIsReplacedNotThrownOn) {
