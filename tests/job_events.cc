@@ -46,11 +46,21 @@ std::string JobEvents::Text() const {
   return text;
 }
 
+std::vector<JobEvents> JobEvents::ByStart() const {
+  std::vector<JobEvents> parts;
+  for (const JobEvent& e : events_) {
+    if (parts.empty() || e["event"] == "start") parts.emplace_back();
+    parts.back().events_.push_back(e);
+  }
+  return parts;
+}
+
 JobEvent WaitForEvent(const std::string& run_dir, std::chrono::seconds timeout,
                       const std::function<bool(const JobEvent&)>& accept) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    for (const JobEvent& e : JobEvents::Read(run_dir).all())
+    const JobEvents events = JobEvents::Read(run_dir);
+    for (const JobEvent& e : events.all())
       if (accept(e)) return e;
     if (std::chrono::steady_clock::now() >= deadline) return nullptr;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -27,6 +27,9 @@ class JobEvents {
   JobEvent Last(const std::string& name) const;
   // The log, one event a line, for a failed assertion's message.
   std::string Text() const;
+  // The log cut at each "start" event: one part per driver that ran with this
+  // run directory (a driver that took the job over starts the next part).
+  std::vector<JobEvents> ByStart() const;
 
  private:
   std::vector<JobEvent> events_;
