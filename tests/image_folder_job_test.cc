@@ -28,9 +28,12 @@ namespace {
 namespace fs = std::filesystem;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::kBinary;
 using elastic::tests::Process;
 using elastic::tests::ReadFile;
+using elastic::tests::WaitForEvent;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkersStartedBy;
 
@@ -107,7 +110,9 @@ void ExpectPinnedWithoutWork(const std::map<pid_t, Counters>& counters,
   }
 }
 
-std::vector<std::string> JobArgs(const std::string& dir, const std::string& data) {
+// A job's flags; its event log in `run_dir`.
+std::vector<std::string> JobArgs(const std::string& dir, const std::string& data,
+                                 const std::string& run_dir) {
   return {kBinary,
           "--workers=2",
           "--model=resnet8",
@@ -121,7 +126,7 @@ std::vector<std::string> JobArgs(const std::string& dir, const std::string& data
           "--commit-every=4",
           "--test-samples=100",
           "--token-file=" + dir + "/token",
-          "--run-dir=" + dir + "/runs"};
+          "--run-dir=" + run_dir};
 }
 
 std::string CountersDir(const std::string& dir, const std::string& run) {
@@ -140,7 +145,8 @@ TEST(ImageFolderJobTest, TheDriverIndexesOnceAndItsWorkersAndAJoinerReadTheIndex
 
   {
     const std::string counters_dir = CountersDir(dir, "first");
-    std::vector<std::string> args = JobArgs(dir, data);
+    const std::string run_dir = dir + "/runs/first";
+    std::vector<std::string> args = JobArgs(dir, data, run_dir);
     args.push_back("--epochs=3");  // far more than the test waits for: it ends the job itself
     Process driver(args, dir + "/driver.log");
     const std::string port = HeadPort(driver);
@@ -150,11 +156,13 @@ TEST(ImageFolderJobTest, TheDriverIndexesOnceAndItsWorkersAndAJoinerReadTheIndex
     Process joiner(
         {kBinary, "--join=127.0.0.1:" + port, "--workers=1", "--token-file=" + dir + "/token"},
         dir + "/join.log");
-    ASSERT_FALSE(driver
-                     .WaitFor("driver: rescale: generation \\d+ \\(3 workers[^)]*\\): first step",
-                              std::chrono::seconds(400))
-                     .empty())
-        << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
+    // The joiner's worker trained: the first step of a generation of three.
+    const JobEvent three = WaitForEvent(run_dir, std::chrono::seconds(400), [](const JobEvent& e) {
+      return e["event"] == "first_step" && e["world"] == 3;
+    });
+    ASSERT_FALSE(three.is_null()) << JobEvents::Read(run_dir).Text()
+                                  << WithoutProgress(driver.Output())
+                                  << WithoutProgress(joiner.Output());
 
     const std::map<pid_t, Counters> counters = ReadCounters(counters_dir);
     ASSERT_EQ(counters.count(driver.pid()), 1u) << WithoutProgress(driver.Output());
@@ -180,7 +188,7 @@ TEST(ImageFolderJobTest, TheDriverIndexesOnceAndItsWorkersAndAJoinerReadTheIndex
   fs::copy_file(data + "/train/c3/" + FileName(0), data + "/train/c3/added.jpg");
   fs::remove(data + "/train/c5/" + FileName(7));
   const std::string counters_dir = CountersDir(dir, "second");
-  std::vector<std::string> args = JobArgs(dir, data);
+  std::vector<std::string> args = JobArgs(dir, data, dir + "/runs/second");
   args.push_back("--max-steps=2");
   Process again(args, dir + "/again.log");
   ASSERT_EQ(again.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(again.Output());

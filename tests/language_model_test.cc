@@ -24,9 +24,12 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::LastValidationLoss;
 using elastic::tests::PrepareTinyShakespeare;
 using elastic::tests::Process;
+using elastic::tests::RunDir;
 using elastic::tests::RunShell;
 using elastic::tests::TinyShakespeareText;
 using elastic::tests::WaitForStep;
@@ -92,11 +95,12 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
                   "--loader-threads=1",
                   "--log-samples=" + dir + "/samples",
                   "--checkpoint-dir=" + dir + "/checkpoint",
-                  "--token-file=" + dir + "/token"},
+                  "--token-file=" + dir + "/token",
+                  "--run-dir=" + RunDir(dir)},
                  dir + "/driver.log");
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
-  const pid_t victim = WorkerPid(driver, 1, 1);
+  const pid_t victim = WorkerPid(RunDir(dir), 1, 1);
   ASSERT_GT(victim, 0) << WithoutProgress(driver.Output());
   ASSERT_TRUE(WaitForStep(driver, 1, 30)) << WithoutProgress(driver.Output());
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
@@ -106,35 +110,38 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0)
       << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
-  const std::string output = driver.Output() + joiner.Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
   // The joiner trained: a generation after the kill's had two members again.
-  EXPECT_TRUE(
-      std::regex_search(output, std::regex("params generation=([3-9]|\\d\\d+) rank=1 world=2")))
-      << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  bool two_again = false;
+  for (const JobEvent& p : events.Of("params"))
+    if (p["generation"].get<int>() >= 3 && p["rank"] == 1 && p["world"] == 2) two_again = true;
+  EXPECT_TRUE(two_again) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/samples", kTrainWindows, kEpochs);
-  EXPECT_NE(output.find(" tok/s"), std::string::npos) << WithoutProgress(output);
-  // Each --eval-every evaluation printed once, though the kill made some steps run twice.
+  // Its throughput is counted in tokens.
+  bool tokens = false;
+  for (const JobEvent& e : events.Of("epoch"))
+    if (e["tokens_per_second"].get<double>() > 0) tokens = true;
+  EXPECT_TRUE(tokens) << events.Text();
+  // Each --eval-every evaluation logged once, though the kill made some steps run twice.
   std::vector<int> evaluated;
-  const std::string driver_output = driver.Output();
-  const std::regex eval_line(
-      "eval step ([0-9]+) \\(epoch [12], [0-9]+%\\) world [12] \\| test loss "
-      "[0-9.]+ perplexity");
-  for (auto it = std::sregex_iterator(driver_output.begin(), driver_output.end(), eval_line);
-       it != std::sregex_iterator(); ++it) {
-    evaluated.push_back(std::stoi((*it)[1]));
+  for (const JobEvent& e : events.Of("evaluation")) {
+    evaluated.push_back(e["step"].get<int>());
+    EXPECT_TRUE(e["epoch"] == 1 || e["epoch"] == 2) << e.dump();
+    EXPECT_TRUE(e["world"] == 1 || e["world"] == 2) << e.dump();
+    EXPECT_TRUE(e["test_loss"].is_number()) << e.dump();
   }
-  EXPECT_EQ(evaluated, (std::vector<int>{40, 80, 120, 160})) << WithoutProgress(driver_output);
+  EXPECT_EQ(evaluated, (std::vector<int>{40, 80, 120, 160})) << events.Text();
 
-  const double printed = LastValidationLoss(driver.Output());
-  ASSERT_GT(printed, 0) << WithoutProgress(driver.Output());
-  EXPECT_LT(printed, kValLossBound) << WithoutProgress(driver.Output());
+  const double logged = LastValidationLoss(events);
+  ASSERT_GT(logged, 0) << events.Text();
+  EXPECT_LT(logged, kValLossBound) << events.Text();
   const std::string python = Shell(
       std::string(kPython) + " " + kModel + " evaluate " + dir + "/checkpoint/model.pt " + data +
       " --context " + std::to_string(kContext) + " --samples " + std::to_string(kValWindows));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(python, m, std::regex("val_loss ([0-9.]+)"))) << python;
-  EXPECT_NEAR(std::stod(m[1]), printed, 0.01) << "torch.jit.load of model.pt:\n" << python;
+  EXPECT_NEAR(std::stod(m[1]), logged, 0.01) << "torch.jit.load of model.pt:\n" << python;
   const std::string text = Shell(std::string(kPython) + " " + kModel + " generate " + dir +
                                  "/checkpoint/model.pt " + data + " --tokens 100 --prompt ROMEO:");
   EXPECT_GE(text.size(), 100u) << text;

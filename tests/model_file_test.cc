@@ -26,7 +26,10 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
+using elastic::tests::RunDir;
 using elastic::tests::RunShell;
 using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
@@ -66,11 +69,10 @@ double PythonAccuracy(const std::string& model, const std::string& arch, int sam
   return std::stod(m[1]);
 }
 
-// The final test accuracy (percent) a run printed, or -1.
-double PrintedAccuracy(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex("done: .*test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
+// The final test accuracy (percent) of a job: its "done" event's, or -1.
+double FinalAccuracy(const JobEvents& events) {
+  const JobEvent done = events.Last("done");
+  return done.is_null() ? -1 : 100 * done["test_metric"].get<double>();
 }
 
 // One test image of 100 is 1 point: Python's float32 evaluation may differ
@@ -106,11 +108,11 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
        "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr, "--warmup-epochs=0",
        "--precision=fp32", "--commit-every=4", "--log-every=1", "--loader-threads=1",
        "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
-       "--token-file=" + dir + "/token"},
+       "--token-file=" + dir + "/token", "--run-dir=" + RunDir(dir)},
       dir + "/driver.log");
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
-  const pid_t victim = WorkerPid(driver, 1, 1);
+  const pid_t victim = WorkerPid(RunDir(dir), 1, 1);
   ASSERT_GT(victim, 0) << WithoutProgress(driver.Output());
   ASSERT_TRUE(WaitForStep(driver, 1, r.kill_at_step)) << WithoutProgress(driver.Output());
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
@@ -120,20 +122,21 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   ASSERT_EQ(driver.Wait(std::chrono::seconds(600)), 0)
       << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
-  const std::string output = driver.Output() + joiner.Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
   // The joiner trained: a generation after the kill's had two members again.
-  EXPECT_TRUE(
-      std::regex_search(output, std::regex("params generation=([3-9]|\\d\\d+) rank=1 world=2")))
-      << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  bool two_again = false;
+  for (const JobEvent& p : events.Of("params"))
+    if (p["generation"].get<int>() >= 3 && p["rank"] == 1 && p["world"] == 2) two_again = true;
+  EXPECT_TRUE(two_again) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/samples", r.train_samples, r.epochs);
 
-  const double printed = PrintedAccuracy(driver.Output());
-  ASSERT_GT(printed, 0) << WithoutProgress(driver.Output());
+  const double logged = FinalAccuracy(events);
+  ASSERT_GT(logged, 0) << events.Text();
   const double back = PythonAccuracy(dir + "/checkpoint/model.pt", r.arch, r.test_samples);
-  EXPECT_NEAR(back, printed, OneOrTwoImages(r.test_samples)) << "torch.jit.load of model.pt";
+  EXPECT_NEAR(back, logged, OneOrTwoImages(r.test_samples)) << "torch.jit.load of model.pt";
   const double dict = PythonAccuracy(dir + "/checkpoint/state_dict.pt", r.arch, r.test_samples);
-  EXPECT_NEAR(dict, printed, OneOrTwoImages(r.test_samples)) << "load_state_dict of state_dict.pt";
+  EXPECT_NEAR(dict, logged, OneOrTwoImages(r.test_samples)) << "load_state_dict of state_dict.pt";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelFileJobTest,

@@ -1,8 +1,8 @@
 // A real Prometheus server (Debian's /usr/bin/prometheus) scrapes a real
 // elastic job of //trainer:cifar through the shipped scrape config while the
 // job grows from 2 to 4 workers by --join. After the job, the test reads the
-// stored series back through Prometheus's HTTP API and holds them to what the
-// driver printed: the world sizes of the epoch summaries, the test accuracy of
+// stored series back through Prometheus's HTTP API and holds them to the
+// job's event log: the world sizes of the epochs, the test accuracy of
 // every epoch (the last one included: the driver waits for a final scrape),
 // the joins, and the generations. Every query of the shipped Grafana dashboard
 // is then asked of that Prometheus as the dashboard asks it (a range query
@@ -34,10 +34,12 @@
 
 namespace {
 
-using elastic::tests::FreshTempDir;
-
 using elastic::monitoring::testing::PrometheusServer;
+using elastic::tests::FreshTempDir;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
+using elastic::tests::WaitForEvent;
 using nlohmann::json;
 
 constexpr char kBinary[] = "trainer/cifar";
@@ -54,33 +56,26 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// One epoch summary line of the driver, as printed.
-struct PrintedEpoch {
+// One epoch of the job, as its event log has it.
+struct LoggedEpoch {
   int epoch = 0;
   int world = 0;
-  double test_accuracy = 0;  // a ratio: the printed percentage / 100
+  double test_accuracy = 0;  // a ratio
 };
 
-std::vector<PrintedEpoch> PrintedEpochs(const std::string& output) {
-  const std::regex re(
-      "epoch (\\d+)/\\d+ world (\\d+) \\| train loss \\S+ acc \\S+% \\| test loss \\S+ acc "
-      "([0-9.]+)%");
-  std::vector<PrintedEpoch> epochs;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    epochs.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stod((*it)[3]) / 100});
+std::vector<LoggedEpoch> LoggedEpochs(const JobEvents& events) {
+  std::vector<LoggedEpoch> epochs;
+  for (const JobEvent& e : events.Of("epoch")) {
+    epochs.push_back(
+        {e["epoch"].get<int>(), e["world"].get<int>(), e["test_metric"].get<double>()});
   }
   return epochs;
 }
 
-// The generations the driver announced ("driver: generation N: W workers").
-std::vector<int> PrintedGenerations(const std::string& output) {
-  const std::regex re("driver: generation (\\d+): \\d+ workers");
+// The generations of the views the driver announced, in order.
+std::vector<int> LoggedGenerations(const JobEvents& events) {
   std::vector<int> generations;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    generations.push_back(std::stoi((*it)[1]));
-  }
+  for (const JobEvent& v : events.Of("view")) generations.push_back(v["generation"].get<int>());
   return generations;
 }
 
@@ -102,14 +97,11 @@ std::map<int64_t, double> RawSeries(const PrometheusServer& prometheus,
   return series;
 }
 
-// The world size of every generation the driver announced, in order.
-std::vector<double> PrintedGenerationWorlds(const std::string& output) {
-  const std::regex re("driver: generation \\d+: (\\d+) workers");
+// The world size of every view the driver announced, in order.
+std::vector<double> LoggedGenerationWorlds(const JobEvents& events) {
   std::vector<double> worlds;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    worlds.push_back(std::stod((*it)[1]));
-  }
+  for (const JobEvent& v : events.Of("view"))
+    worlds.push_back(static_cast<double>(v["members"].size()));
   return worlds;
 }
 
@@ -206,13 +198,14 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
                        [&] { return prometheus.Scalar("up{job=\"elastic\"}").has_value(); });
 
   const double job_start = UnixNow();
+  const std::string run_dir = dir + "/run";
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
   // after the joiners took effect, however long they took to start.
   Process driver({kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist",
                   "--train-samples=2048", "--test-samples=1000", "--epochs=30", "--batch-size=32",
                   "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1",
                   "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
-                  "--token-file=" + dir + "/token", "--run-dir=" + dir + "/run"},
+                  "--token-file=" + dir + "/token", "--run-dir=" + run_dir},
                  dir + "/driver.log");
   const std::smatch listen =
       driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(120));
@@ -220,8 +213,10 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   const std::string head_port = listen[1];
   // The joiners start once epoch 1 ended at world 2: they enter at the next
   // commit, so started earlier they may enter within epoch 1 on a fast machine.
-  ASSERT_FALSE(driver.WaitFor("epoch 1/30 world 2 \\|", std::chrono::seconds(300)).empty())
-      << driver.Output();
+  const JobEvent first = WaitForEvent(run_dir, std::chrono::seconds(300), [](const JobEvent& e) {
+    return e["event"] == "epoch" && e["epoch"] == 1 && e["epochs"] == 30 && e["world"] == 2;
+  });
+  ASSERT_FALSE(first.is_null()) << JobEvents::Read(run_dir).Text() << driver.Output();
   // The first world must be in Prometheus before it changes: a fast first
   // epoch can end before a 1 s scrape interval came round twice.
   for (int i = 0; i < 600; ++i) {
@@ -232,7 +227,7 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   Process joiner({kBinary, "--join=127.0.0.1:" + head_port,
                   "--workers=" + std::to_string(kJoiningWorkers), "--token-file=" + dir + "/token"},
                  dir + "/join.log");
-  ASSERT_TRUE(elastic::tests::StopAfterAnEpochWithWorld(driver, 2 + kJoiningWorkers,
+  ASSERT_TRUE(elastic::tests::StopAfterAnEpochWithWorld(driver, run_dir, 2 + kJoiningWorkers,
                                                         std::chrono::seconds(400)))
       << driver.Output() << joiner.Output();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output();
@@ -241,20 +236,21 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   // First, so the charts are drawn even when a check below stops the test.
   CheckAndDrawTheDashboard(prometheus, job_start, job_end);
 
-  // What the driver printed.
-  const std::string output = driver.Output();
-  const std::vector<PrintedEpoch> epochs = PrintedEpochs(output);
+  // What the driver logged.
+  const JobEvents events = JobEvents::Read(run_dir);
+  const std::string output = events.Text();
+  const std::vector<LoggedEpoch> epochs = LoggedEpochs(events);
   ASSERT_GE(epochs.size(), 2u) << output;
-  std::vector<double> printed_worlds, printed_accuracies;
-  for (const PrintedEpoch& e : epochs) {
-    printed_worlds.push_back(e.world);
-    printed_accuracies.push_back(e.test_accuracy);
+  std::vector<double> logged_worlds, logged_accuracies;
+  for (const LoggedEpoch& e : epochs) {
+    logged_worlds.push_back(e.world);
+    logged_accuracies.push_back(e.test_accuracy);
   }
   // The joiners enter at commits, together or one by one: a world between
   // may last less than an epoch and appear in no epoch summary.
-  ASSERT_EQ(printed_worlds.front(), 2) << output;
-  ASSERT_EQ(printed_worlds.back(), 2 + kJoiningWorkers) << output;
-  const std::vector<int> generations = PrintedGenerations(output);
+  ASSERT_EQ(logged_worlds.front(), 2) << output;
+  ASSERT_EQ(logged_worlds.back(), 2 + kJoiningWorkers) << output;
+  const std::vector<int> generations = LoggedGenerations(events);
   ASSERT_GE(generations.size(), 2u) << output;
 
   // What Prometheus stored. The target was up.
@@ -264,8 +260,8 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
 
   // World size: the values of the scrapes taken once a generation was in
   // force (before the first one the gauge reads 0: no world yet) went through
-  // the world sizes the epoch summaries printed, in the same order, and only
-  // through worlds of generations the driver announced (one that lasted less
+  // the world sizes of the logged epochs, in the same order, and only
+  // through worlds of views the driver announced (one that lasted less
   // than a scrape interval may be missed).
   const std::map<int64_t, double> world = RawSeries(prometheus, "elastic_world_size");
   const std::map<int64_t, double> generation = RawSeries(prometheus, "elastic_generation");
@@ -276,11 +272,11 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
     if (g->second != 0) scraped_worlds.push_back(value);
   }
   const std::vector<double> scraped_runs = DistinctRuns(scraped_worlds);
-  const std::vector<double> generation_runs = DistinctRuns(PrintedGenerationWorlds(output));
+  const std::vector<double> generation_runs = DistinctRuns(LoggedGenerationWorlds(events));
   ASSERT_FALSE(scraped_runs.empty()) << output;
-  EXPECT_EQ(scraped_runs.front(), printed_worlds.front()) << json(scraped_runs);
-  EXPECT_EQ(scraped_runs.back(), printed_worlds.back()) << json(scraped_runs);
-  EXPECT_TRUE(IsSubsequence(DistinctRuns(printed_worlds), scraped_runs))
+  EXPECT_EQ(scraped_runs.front(), logged_worlds.front()) << json(scraped_runs);
+  EXPECT_EQ(scraped_runs.back(), logged_worlds.back()) << json(scraped_runs);
+  EXPECT_TRUE(IsSubsequence(DistinctRuns(logged_worlds), scraped_runs))
       << "scraped " << json(scraped_runs) << "\n"
       << output;
   EXPECT_TRUE(IsSubsequence(scraped_runs, generation_runs))
@@ -297,26 +293,25 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
   EXPECT_EQ(generations_in_order.back(), generations.back()) << output;
   EXPECT_GT(generations_in_order.back(), generations_in_order.front());
 
-  // Test accuracy: one value per epoch, in the order printed (0 until the
-  // first evaluation), and the last stored value is the last printed one.
-  // Values cross from the printed line to the gauge through one parse, so
-  // they agree to the printed precision.
+  // Test accuracy: one value per epoch, in the order logged (0 until the
+  // first evaluation), and the last stored value is the last logged one.
+  // The event and the gauge carry the same number.
   std::vector<double> scraped_accuracies;
   for (const auto& [ms, value] : RawSeries(prometheus, "elastic_test_accuracy_ratio"))
     if (value != 0 || !scraped_accuracies.empty()) scraped_accuracies.push_back(value);
   const std::vector<double> accuracy_runs = DistinctRuns(scraped_accuracies);
-  ASSERT_EQ(accuracy_runs.size(), DistinctRuns(printed_accuracies).size())
-      << "scraped " << json(accuracy_runs) << ", printed " << json(printed_accuracies);
+  ASSERT_EQ(accuracy_runs.size(), DistinctRuns(logged_accuracies).size())
+      << "scraped " << json(accuracy_runs) << ", logged " << json(logged_accuracies);
   for (size_t i = 0; i < accuracy_runs.size(); ++i)
-    EXPECT_NEAR(accuracy_runs[i], DistinctRuns(printed_accuracies)[i], 1e-9) << "epoch " << i + 1;
+    EXPECT_NEAR(accuracy_runs[i], DistinctRuns(logged_accuracies)[i], 1e-9) << "epoch " << i + 1;
   const std::optional<double> last_accuracy = prometheus.Scalar(
       std::string("last_over_time(elastic_test_accuracy_ratio") + kWholeRun + ")");
   ASSERT_TRUE(last_accuracy.has_value());
   EXPECT_NEAR(*last_accuracy, epochs.back().test_accuracy, 1e-9)
       << "Prometheus missed the final epoch's accuracy";
 
-  std::cout << "printed worlds " << json(printed_worlds) << ", test accuracies "
-            << json(printed_accuracies) << "\nscraped (" << world.size() << " scrapes) worlds "
+  std::cout << "logged worlds " << json(logged_worlds) << ", test accuracies "
+            << json(logged_accuracies) << "\nscraped (" << world.size() << " scrapes) worlds "
             << json(DistinctRuns(scraped_worlds)) << ", generations "
             << json(DistinctRuns(generations_in_order)) << ", test accuracies "
             << json(accuracy_runs) << std::endl;

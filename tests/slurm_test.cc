@@ -17,7 +17,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <regex>
 #include <string>
@@ -25,7 +24,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace {
@@ -33,6 +34,9 @@ namespace {
 using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
+using elastic::tests::LastEpoch;
 using elastic::tests::Process;
 using elastic::tests::ReadFile;
 
@@ -75,23 +79,6 @@ int RunCommand(const std::vector<std::string>& args, std::string* output = nullp
   return code;
 }
 
-// Waits until file `path` matches `pattern` (accepted by `accept`, if given);
-// the text the match was found in, or "" on timeout.
-std::string WaitForInFile(const std::string& path, const std::string& pattern,
-                          std::chrono::seconds timeout,
-                          const std::function<bool(const std::smatch&)>& accept = nullptr) {
-  const std::regex re(pattern);
-  const Clock::time_point deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    const std::string text = ReadFile(path);
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-         ++it)
-      if (!accept || accept(*it)) return text;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return "";
-}
-
 // A one-machine Slurm cluster in a short directory of its own under /tmp
 // (munge's socket path must stay short), stopped and removed at the end,
 // whatever happened. SLURM_CONF points the Slurm commands at it.
@@ -118,14 +105,19 @@ class Cluster {
   bool started_ = false;
 };
 
-// The epoch E of the last summary ("epoch E/N world W |") in `output`; 0 if none.
-int LastEpochSummary(const std::string& output) {
-  const std::regex re("epoch (\\d+)/\\d+ world \\d+ \\|");
-  int last = 0;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it)
-    last = std::stoi((*it)[1]);
-  return last;
+// The index in the job's event log in `run_dir` of its first epoch of a
+// world of `world` workers after index `after` (-1: any), waiting up to 300 s
+// for one; -1 if none came.
+int WaitForEpochWithWorld(const std::string& run_dir, int world, int after = -1) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(300);
+  while (true) {
+    const JobEvents events = JobEvents::Read(run_dir);
+    const std::vector<JobEvent>& all = events.all();
+    for (int i = after + 1; i < static_cast<int>(all.size()); ++i)
+      if (all[i]["event"] == "epoch" && all[i]["world"] == world) return i;
+    if (Clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 // The job's steps as squeue lists them ("JOBID.0", "JOBID.1", "JOBID.batch").
@@ -161,11 +153,12 @@ class SlurmTest : public ::testing::Test {
 
   // sbatch --wait of elastic.sbatch with two node agents as two steps on this
   // one node, one worker each; the job's directory is `job_dir` (the same one
-  // continues a job), its log `log`, and the workers log their samples in
-  // `samples`. The returned process is sbatch, which exits with the job.
+  // continues a job), its log `log`, its event log in `run_dir`, and the
+  // workers log their samples in `samples`. The returned process is sbatch,
+  // which exits with the job.
   static std::unique_ptr<Process> Submit(const std::string& dir, const std::string& job_dir,
-                                         const std::string& log, const std::string& samples,
-                                         int epochs) {
+                                         const std::string& log, const std::string& run_dir,
+                                         const std::string& samples, int epochs) {
     ::setenv("ELASTIC_CIFAR", Absolute("trainer/cifar").c_str(), 1);
     ::setenv("ELASTIC_JOB_DIR", job_dir.c_str(), 1);
     ::setenv("ELASTIC_PORT", std::to_string(FreePort()).c_str(), 1);
@@ -176,7 +169,7 @@ class SlurmTest : public ::testing::Test {
             "/usr/bin/sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2",
             "--output=" + log, "--chdir=" + dir, Absolute("deploy/slurm/elastic.sbatch"),
             // The controller's training flags.
-            "--min-workers=1", "--metrics-port=0", "--run-dir=" + dir + "/run", "--model=resnet8",
+            "--min-workers=1", "--metrics-port=0", "--run-dir=" + run_dir, "--model=resnet8",
             "--dataset=fashion-mnist", "--train-samples=" + std::to_string(kTrainSamples),
             "--test-samples=500", "--epochs=" + std::to_string(epochs), "--batch-size=32",
             "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1", "--log-every=4",
@@ -190,16 +183,6 @@ class SlurmTest : public ::testing::Test {
     return id.empty() ? "" : id[1].str();
   }
 
-  // Waits for an epoch summary of a world of `world` workers that comes
-  // after offset `after` of `log`; its offset, or npos.
-  static size_t WaitForEpochWithWorld(const std::string& log, int world, size_t after = 0) {
-    const std::string summary = " world " + std::to_string(world) + " |";
-    const std::string text = WaitForInFile(
-        log, "epoch \\d+/\\d+ world " + std::to_string(world) + " \\|", std::chrono::seconds(300),
-        [&](const std::smatch& m) { return static_cast<size_t>(m.position()) >= after; });
-    return text.empty() ? std::string::npos : text.find(summary, after);
-  }
-
   static Cluster* cluster_;
 };
 
@@ -210,13 +193,15 @@ Cluster* SlurmTest::cluster_ = nullptr;
 TEST_F(SlurmTest, JobGoesOnWhenAnAgentStepIsCancelled) {
   const std::string dir = FreshTempDir("slurm-cancel");
   const std::string log = dir + "/job.log";
-  std::unique_ptr<Process> sbatch = Submit(dir, dir + "/job", log, dir + "/samples", kEpochs);
+  const std::string run_dir = dir + "/run";
+  std::unique_ptr<Process> sbatch =
+      Submit(dir, dir + "/job", log, run_dir, dir + "/samples", kEpochs);
   const std::string job_id = JobId(*sbatch);
   ASSERT_FALSE(job_id.empty()) << sbatch->Output();
 
   // Both agents' workers train together (an epoch of world 2), then one step ends.
-  const size_t two = WaitForEpochWithWorld(log, 2);
-  ASSERT_NE(two, std::string::npos) << ReadFile(log);
+  const int two = WaitForEpochWithWorld(run_dir, 2);
+  ASSERT_NE(two, -1) << JobEvents::Read(run_dir).Text() << ReadFile(log);
   const std::vector<std::string> steps = Steps(job_id);
   ASSERT_EQ(steps.size(), 2u) << ReadFile(log);
   ASSERT_EQ(RunCommand({"/usr/bin/scancel", steps.back()}), 0);
@@ -224,13 +209,18 @@ TEST_F(SlurmTest, JobGoesOnWhenAnAgentStepIsCancelled) {
   // The job finishes in a world of one.
   ASSERT_EQ(sbatch->Wait(std::chrono::seconds(600)), 0) << ReadFile(log);
   const std::string output = ReadFile(log);
+  const JobEvents events = JobEvents::Read(run_dir);
   EXPECT_NE(output.find("STEP " + steps.back() + " ON"), std::string::npos) << output;
-  EXPECT_NE(output.find(" world 1 |", two), std::string::npos)
-      << "no epoch without the cancelled step:\n"
-      << output;
-  EXPECT_NE(output.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos)
-      << output;
-  ExpectOneChecksumPerGeneration(output);
+  bool alone = false;
+  for (int i = two + 1; i < static_cast<int>(events.all().size()); ++i) {
+    const JobEvent& e = events.all()[i];
+    if (e["event"] == "epoch" && e["world"] == 1) alone = true;
+  }
+  EXPECT_TRUE(alone) << "no epoch without the cancelled step:\n" << events.Text();
+  const JobEvent done = events.Last("done");
+  ASSERT_FALSE(done.is_null()) << events.Text();
+  EXPECT_EQ(done["epochs"], kEpochs) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/samples", kTrainSamples, kEpochs);
 }
 
@@ -242,45 +232,72 @@ TEST_F(SlurmTest, JobGoesOnWhenAnAgentStepIsCancelled) {
 TEST_F(SlurmTest, DrainedStepThenStoppedJobContinuesFromItsCheckpoint) {
   const std::string dir = FreshTempDir("slurm-stop");
   const std::string log = dir + "/job.log";
-  std::unique_ptr<Process> sbatch = Submit(dir, dir + "/job", log, dir + "/samples", kLongEpochs);
+  const std::string run_dir = dir + "/run";
+  std::unique_ptr<Process> sbatch =
+      Submit(dir, dir + "/job", log, run_dir, dir + "/samples", kLongEpochs);
   const std::string job_id = JobId(*sbatch);
   ASSERT_FALSE(job_id.empty()) << sbatch->Output();
 
-  const size_t two = WaitForEpochWithWorld(log, 2);
-  ASSERT_NE(two, std::string::npos) << ReadFile(log);
+  const int two = WaitForEpochWithWorld(run_dir, 2);
+  ASSERT_NE(two, -1) << JobEvents::Read(run_dir).Text() << ReadFile(log);
   const std::vector<std::string> steps = Steps(job_id);
   ASSERT_EQ(steps.size(), 2u) << ReadFile(log);
   ASSERT_EQ(RunCommand({"/usr/bin/scancel", "--signal=TERM", steps.back()}), 0);
-  const size_t one = WaitForEpochWithWorld(log, 1, two);
-  ASSERT_NE(one, std::string::npos) << ReadFile(log);
+  const int one = WaitForEpochWithWorld(run_dir, 1, two);
+  ASSERT_NE(one, -1) << JobEvents::Read(run_dir).Text() << ReadFile(log);
   ASSERT_EQ(RunCommand({"/usr/bin/scancel", "--batch", "--signal=TERM", job_id}), 0);
   ASSERT_EQ(sbatch->Wait(std::chrono::seconds(600)), 3) << ReadFile(log);
 
   std::string output = ReadFile(log);
+  JobEvents events = JobEvents::Read(run_dir);
   EXPECT_NE(output.find("SIGTERM to node agent"), std::string::npos) << output;
-  EXPECT_NE(output.find("is leaving"), std::string::npos) << output;
-  EXPECT_EQ(output.find("failed ("), std::string::npos) << "a worker failed:\n" << output;
+  // The drained worker asked to leave, and no worker failed.
+  EXPECT_FALSE(events.Of("draining").empty()) << events.Text();
+  for (const JobEvent& e : events.Of("leave")) EXPECT_NE(e["reason"], "failed") << events.Text();
+  EXPECT_TRUE(events.Of("fault").empty()) << "a worker failed:\n" << events.Text();
   EXPECT_NE(output.find("elastic.sbatch: SIGTERM: stopping the job"), std::string::npos) << output;
-  EXPECT_NE(output.find("continue with --resume"), std::string::npos) << output;
-  ExpectOneChecksumPerGeneration(output);
+  // Stopped with a checkpoint to continue from.
+  const JobEvent end = events.Last("end");
+  ASSERT_FALSE(end.is_null()) << events.Text();
+  EXPECT_EQ(end["outcome"], "stopped") << events.Text();
+  const JobEvent checkpoint = events.Last("checkpoint");
+  ASSERT_FALSE(checkpoint.is_null()) << events.Text();
+  EXPECT_EQ(checkpoint["path"].get<std::string>().rfind(dir + "/job/checkpoint/", 0), 0u)
+      << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   // Every epoch the first job finished used every sample once.
-  const int done_epochs = LastEpochSummary(output);
-  ASSERT_GT(done_epochs, 0) << output;
-  ASSERT_LT(done_epochs, kLongEpochs) << "the job finished before it was stopped:\n" << output;
+  const int done_epochs = LastEpoch(events);
+  ASSERT_GT(done_epochs, 0) << events.Text();
+  ASSERT_LT(done_epochs, kLongEpochs) << "the job finished before it was stopped:\n"
+                                      << events.Text();
   ExpectEverySampleOnce(dir + "/samples", kTrainSamples, done_epochs);
 
   // The same job directory: --resume from its checkpoint, to the last epoch.
   const std::string log2 = dir + "/job2.log";
-  std::unique_ptr<Process> again = Submit(dir, dir + "/job", log2, dir + "/samples2", kLongEpochs);
+  const std::string run_dir2 = dir + "/run2";
+  std::unique_ptr<Process> again =
+      Submit(dir, dir + "/job", log2, run_dir2, dir + "/samples2", kLongEpochs);
   ASSERT_EQ(again->Wait(std::chrono::seconds(600)), 0) << ReadFile(log2);
   output = ReadFile(log2);
+  events = JobEvents::Read(run_dir2);
+  // Which file it resumed from is in the worker's line only.
   EXPECT_NE(output.find("resuming from " + dir + "/job/checkpoint"), std::string::npos) << output;
-  EXPECT_NE(output.find("epoch=" + std::to_string(done_epochs) + " position=0"), std::string::npos)
-      << output;
-  EXPECT_EQ(output.find("epoch 1/"), std::string::npos) << "it started over:\n" << output;
-  EXPECT_NE(output.find("done: " + std::to_string(kLongEpochs) + " epochs"), std::string::npos)
-      << output;
-  ExpectOneChecksumPerGeneration(output);
+  const std::vector<JobEvent> generations = events.Of("generation");
+  ASSERT_FALSE(generations.empty()) << events.Text();
+  EXPECT_EQ(generations.front()["source"], "resume") << events.Text();
+  // Its first sync restored the boundary the first job stopped at.
+  bool synced_at_resume = false;
+  for (const JobEvent& p : events.Of("params")) {
+    if (p["point"]["epoch"] == done_epochs && p["point"]["position"] == 0) synced_at_resume = true;
+    EXPECT_GE(p["point"]["epoch"].get<int>(), done_epochs) << "it started over:\n" << events.Text();
+  }
+  EXPECT_TRUE(synced_at_resume) << events.Text();
+  for (const JobEvent& e : events.Of("epoch"))
+    EXPECT_GT(e["epoch"].get<int>(), done_epochs) << "it started over:\n" << events.Text();
+  const JobEvent done = events.Last("done");
+  ASSERT_FALSE(done.is_null()) << events.Text();
+  EXPECT_EQ(done["epochs"], kLongEpochs) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
 }
 
 }  // namespace

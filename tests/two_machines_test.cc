@@ -34,9 +34,11 @@ namespace {
 
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
-using elastic::tests::StopAfterAnEpochWithWorld;
-
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
+using elastic::tests::StopAfterAnEpochWithWorld;
+using elastic::tests::WaitForEvent;
 
 constexpr char kBinary[] = "trainer/cifar";
 constexpr char kNamespacePrefix[] = "elastic-two-";
@@ -218,21 +220,6 @@ class NamespacePair {
   Machine a_, b_;
 };
 
-struct PrintedEpoch {
-  int epoch = 0;
-  int world = 0;
-};
-
-std::vector<PrintedEpoch> PrintedEpochs(const std::string& output) {
-  const std::regex re("epoch (\\d+)/\\d+ world (\\d+) \\|");
-  std::vector<PrintedEpoch> epochs;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    epochs.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
-  }
-  return epochs;
-}
-
 // The addresses each worker of a log registered from (its collectives' address).
 std::vector<std::string> RegisteredFrom(const std::string& output) {
   const std::regex re("\\] registered \\(node \\d+\\) from ([0-9.]+);");
@@ -267,9 +254,10 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
 
   // Up to 30 epochs: the test stops the job (SIGTERM to the driver) one epoch
   // after machine B's workers took effect, however long they took to start.
+  const std::string run_dir = dir + "/run";
   Process driver(
       a.Command({kBinary, "--workers=2", "--listen=" + a.address, "--port=0",
-                 "--token-file=" + dir + "/token", "--metrics-port=0", "--run-dir=" + dir + "/run",
+                 "--token-file=" + dir + "/token", "--metrics-port=0", "--run-dir=" + run_dir,
                  "--checkpoint-dir=" + dir + "/checkpoint", "--model=resnet8",
                  "--dataset=fashion-mnist", "--train-samples=2048", "--test-samples=1000",
                  "--epochs=30", "--batch-size=32", "--lr=0.05", "--warmup-epochs=0", "--seed=1",
@@ -283,8 +271,10 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   const std::string head = a.address + ":" + listen[1].str();
   // Machine B starts once epoch 1 ended at world 2: joiners enter at the next
   // commit, so started earlier they may enter within epoch 1 on a fast machine.
-  ASSERT_FALSE(driver.WaitFor("epoch 1/30 world 2 \\|", std::chrono::seconds(300)).empty())
-      << driver.Output();
+  const JobEvent first = WaitForEvent(run_dir, std::chrono::seconds(300), [](const JobEvent& e) {
+    return e["event"] == "epoch" && e["epoch"] == 1 && e["epochs"] == 30 && e["world"] == 2;
+  });
+  ASSERT_FALSE(first.is_null()) << JobEvents::Read(run_dir).Text() << driver.Output();
   // The token file is the one secret machine B needs (copied over a trusted
   // channel in real life; here both machines see the same file system).
   Process joiner(
@@ -292,23 +282,53 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
       dir + "/machine-b.log");
   signal_teardown::AddProcessGroup(joiner.pid());
 
-  ASSERT_TRUE(StopAfterAnEpochWithWorld(driver, 4, std::chrono::seconds(400)))
+  ASSERT_TRUE(StopAfterAnEpochWithWorld(driver, run_dir, 4, std::chrono::seconds(400)))
       << driver.Output() << joiner.Output();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output() << joiner.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
   const std::string on_a = driver.Output();
   const std::string on_b = joiner.Output();
 
+  const JobEvents events = JobEvents::Read(run_dir);
+
   // The world went 2 -> 4 with machine B's workers in it.
-  const std::vector<PrintedEpoch> epochs = PrintedEpochs(on_a);
-  ASSERT_GE(epochs.size(), 2u) << on_a;
-  EXPECT_EQ(epochs.front().world, 2) << on_a;
-  EXPECT_EQ(epochs.back().world, 4) << on_a;
-  EXPECT_NE(on_a.find("with 4 workers"), std::string::npos) << on_a;
-  EXPECT_TRUE(std::regex_search(on_b, std::regex("params generation=\\d+ rank=[23] world=4 ")))
-      << "machine B's workers never trained\n"
-      << on_b;
-  EXPECT_NE(on_a.find("(continue with --resume)"), std::string::npos) << on_a;
+  const std::vector<JobEvent> epochs = events.Of("epoch");
+  ASSERT_GE(epochs.size(), 2u) << events.Text();
+  EXPECT_EQ(epochs.front()["world"], 2) << events.Text();
+  EXPECT_EQ(epochs.back()["world"], 4) << events.Text();
+  // The controller published a view of four.
+  bool view_of_four = false;
+  for (const JobEvent& v : events.Of("view"))
+    if (v["members"].size() == 4 && v["reason"] != "membership") view_of_four = true;
+  EXPECT_TRUE(view_of_four) << events.Text();
+  // Machine A's workers are the first generation's; B's are those of the
+  // other node, and they trained at ranks 2 and 3 of a world of four.
+  const std::vector<JobEvent> generations = events.Of("generation");
+  ASSERT_FALSE(generations.empty()) << events.Text();
+  std::set<uint64_t> nodes_of_a, members_of_b;
+  for (const JobEvent& j : events.Of("join"))
+    for (const JobEvent& m : generations.front()["members"])
+      if (j["member"] == m) nodes_of_a.insert(j["node"].get<uint64_t>());
+  EXPECT_EQ(nodes_of_a.size(), 1u) << events.Text();
+  for (const JobEvent& j : events.Of("join"))
+    if (nodes_of_a.count(j["node"].get<uint64_t>()) == 0)
+      members_of_b.insert(j["member"].get<uint64_t>());
+  EXPECT_EQ(members_of_b.size(), 2u) << events.Text();
+  bool b_trained = false;
+  for (const JobEvent& p : events.Of("params")) {
+    if (members_of_b.count(p["member"].get<uint64_t>()) == 1 && p["world"] == 4 &&
+        (p["rank"] == 2 || p["rank"] == 3))
+      b_trained = true;
+  }
+  EXPECT_TRUE(b_trained) << "machine B's workers never trained\n" << events.Text();
+  // Stopped at an epoch boundary with a checkpoint to continue from.
+  const JobEvent end = events.Last("end");
+  ASSERT_FALSE(end.is_null()) << events.Text();
+  EXPECT_EQ(end["outcome"], "stopped") << events.Text();
+  const JobEvent checkpoint = events.Last("checkpoint");
+  ASSERT_FALSE(checkpoint.is_null()) << events.Text();
+  EXPECT_EQ(checkpoint["path"].get<std::string>().rfind(dir + "/checkpoint/", 0), 0u)
+      << events.Text();
 
   // Each machine's workers advertised their own machine's address to peers.
   const std::vector<std::string> from_a = RegisteredFrom(on_a);
@@ -322,7 +342,7 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   std::cout << "machine A workers at " << from_a[0] << ", " << from_a[1]
             << "; machine B workers at " << from_b[0] << ", " << from_b[1] << std::endl;
 
-  ExpectOneChecksumPerGeneration(on_a + on_b);
+  ExpectOneChecksumPerGeneration(events);
 }
 
 }  // namespace

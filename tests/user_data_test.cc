@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,8 @@ namespace {
 using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
 using elastic::tests::RunShell;
 using elastic::tests::WithoutProgress;
@@ -43,10 +44,10 @@ void Write(const std::string& args) {
   ASSERT_TRUE(ok) << command << ": " << out;
 }
 
-double FinalAccuracy(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex("done: .*test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
+// The final test accuracy (percent) of a job: its "done" event's, or -1.
+double FinalAccuracy(const JobEvents& events) {
+  const JobEvent done = events.Last("done");
+  return done.is_null() ? -1 : 100 * done["test_metric"].get<double>();
 }
 
 // A two-worker job on `data` flags; returns its final test accuracy.
@@ -60,14 +61,16 @@ double Train(const std::string& dir, const std::string& name, std::vector<std::s
                                    "--warmup-epochs=0",
                                    "--loader-threads=1",
                                    "--log-every=1000",
-                                   "--log-samples=" + dir + "/" + name + "-samples"};
+                                   "--log-samples=" + dir + "/" + name + "-samples",
+                                   "--run-dir=" + dir + "/" + name + "-run"};
   args.insert(args.end(), data.begin(), data.end());
   Process job(args, dir + "/" + name + ".log");
   EXPECT_EQ(job.Wait(std::chrono::seconds(600)), 0) << WithoutProgress(job.Output());
-  ExpectOneChecksumPerGeneration(job.Output());
+  const JobEvents events = JobEvents::Read(dir + "/" + name + "-run");
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/" + name + "-samples", kTrainSamples, kEpochs);
-  const double accuracy = FinalAccuracy(job.Output());
-  EXPECT_GT(accuracy, 0) << WithoutProgress(job.Output());
+  const double accuracy = FinalAccuracy(events);
+  EXPECT_GT(accuracy, 0) << events.Text();
   std::printf("%s: test accuracy %.2f%%\n", name.c_str(), accuracy);
   return accuracy;
 }

@@ -36,6 +36,8 @@ using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::kBinary;
 using elastic::tests::Process;
 using elastic::tests::ReadFile;
@@ -60,13 +62,19 @@ std::string CifarDir() {
   return dir != nullptr && fs::exists(std::string(dir) + "/test_batch.bin") ? dir : "";
 }
 
-double FinalAccuracy(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex("done: .*test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
+// The final test accuracy (percent) of a job: its "done" event's, or -1.
+double FinalAccuracy(const JobEvents& events) {
+  const JobEvent done = events.Last("done");
+  return done.is_null() ? -1 : 100 * done["test_metric"].get<double>();
 }
 
-// The recipe both jobs train with, their samples logged in dir/NAME-samples.
+// Where the job NAME writes its event log.
+std::string RunDir(const std::string& dir, const std::string& name) {
+  return dir + "/" + name + "-run";
+}
+
+// The recipe both jobs train with, their samples logged in dir/NAME-samples
+// and their events in RunDir(dir, NAME).
 // The fault is the same for both, and lands the same way: a joiner that
 // registers at once and is admitted at the first epoch boundary
 // (--admit-at=epoch), and a worker killed after step 20, which rolls the job
@@ -87,7 +95,8 @@ std::vector<std::string> Recipe(const std::string& dir, const std::string& name)
           "--admit-at=epoch",
           "--seed=1",
           "--token-file=" + dir + "/" + name + "-token",
-          "--log-samples=" + dir + "/" + name + "-samples"};
+          "--log-samples=" + dir + "/" + name + "-samples",
+          "--run-dir=" + RunDir(dir, name)};
 }
 
 constexpr int kKillAfterStep = 20;
@@ -111,7 +120,7 @@ FaultedJob RunThroughKillAndJoin(const std::vector<std::string>& args, const std
   const std::string port = HeadPort(driver);
   EXPECT_FALSE(port.empty()) << WithoutProgress(driver.Output());
   if (port.empty()) return job;
-  const pid_t victim = WorkerPid(driver, 1, 1);
+  const pid_t victim = WorkerPid(RunDir(dir, name), 1, 1);
   EXPECT_GT(victim, 0) << WithoutProgress(driver.Output());
   Process joiner({kBinary, "--join=127.0.0.1:" + port, "--workers=1",
                   "--token-file=" + dir + "/" + name + "-token"},
@@ -122,7 +131,8 @@ FaultedJob RunThroughKillAndJoin(const std::vector<std::string>& args, const std
       << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
   job.output = driver.Output() + joiner.Output();
-  job.accuracy = FinalAccuracy(driver.Output());
+  const JobEvents events = JobEvents::Read(RunDir(dir, name));
+  job.accuracy = FinalAccuracy(events);
   job.driver_workers = WorkersStartedBy(driver.Output());
   job.joiner_workers = WorkersStartedBy(joiner.Output());
   // The kill rolled the job back to the commit of step 16, and the joiner
@@ -130,17 +140,21 @@ FaultedJob RunThroughKillAndJoin(const std::vector<std::string>& args, const std
   // (Not which generation numbers: a survivor in the allreduce the kill broke
   // reports a fault first, and the controller re-forms a generation of two
   // before it learns of the death.)
-  EXPECT_TRUE(std::regex_search(
-      job.output, std::regex("params generation=\\d+ rank=0 world=1 checksum=[0-9a-f]+ epoch=0 "
-                             "position=\\d+ step=" +
-                             std::to_string(kRolledBackTo))))
-      << name << ": the kill did not land between the commits of steps " << kRolledBackTo << " and "
-      << 2 * kRolledBackTo << WithoutProgress(job.output);
-  EXPECT_TRUE(std::regex_search(job.output, std::regex("params generation=\\d+ rank=1 world=2 "
-                                                       "checksum=[0-9a-f]+ epoch=1 position=0 ")))
-      << name << ": the joiner did not enter at the first epoch boundary"
-      << WithoutProgress(job.output);
-  ExpectOneChecksumPerGeneration(job.output);
+  bool rolled_back = false, joined_at_boundary = false;
+  for (const JobEvent& p : events.Of("params")) {
+    const JobEvent& point = p["point"];
+    if (p["rank"] == 0 && p["world"] == 1 && point["epoch"] == 0 && point["step"] == kRolledBackTo)
+      rolled_back = true;
+    if (p["rank"] == 1 && p["world"] == 2 && point["epoch"] == 1 && point["position"] == 0)
+      joined_at_boundary = true;
+  }
+  EXPECT_TRUE(rolled_back) << name << ": the kill did not land between the commits of steps "
+                           << kRolledBackTo << " and " << 2 * kRolledBackTo << "\n"
+                           << events.Text();
+  EXPECT_TRUE(joined_at_boundary) << name
+                                  << ": the joiner did not enter at the first epoch boundary\n"
+                                  << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/" + name + "-samples", kTrainSamples, kEpochs);
   return job;
 }
