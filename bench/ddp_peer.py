@@ -87,7 +87,7 @@ MASK = (1 << 64) - 1
 
 
 def mix(x):
-    """SplitMix64's finaliser, as trainer/elastic/sampler.cc and trainer/data/augment.cc."""
+    """SplitMix64's finaliser, as trainer/sampler.cc and trainer/data/augment.cc."""
     x = (x + 0x9e3779b97f4a7c15) & MASK
     x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
     x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK

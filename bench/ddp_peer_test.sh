@@ -52,7 +52,7 @@ ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary checkpoint was left behind"
 [[ $(grep -c '^STEP ' "$TMP/out") -eq 1 ]] || fail "resumed run should do 1 step: $(cat "$TMP/out")"
 grep -q '^STEP .*"step": 3' "$TMP/out" || fail "resumed run did not continue at step 3: $(cat "$TMP/out")"
 # The ports of our sampler and augmentation (--order/--augmentation=elastic)
-# give the values trainer/elastic/sampler_test.cc and
+# give the values trainer/sampler_test.cc and
 # trainer/data/loader_test.cc pin for the C++ originals.
 "$PY" - "$(dirname "$PEER")" <<'EOF' || fail "the elastic ports differ from the C++ originals"
 import sys

@@ -50,7 +50,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
 #include "trainer/flags.h"
 #include "trainer/learner.h"
 #include "trainer/precision.h"

@@ -10,7 +10,7 @@
 
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
 #include "trainer/learner.h"
 
 namespace elastic::bench {

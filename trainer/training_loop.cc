@@ -12,7 +12,7 @@
 #include "trainer/batch_norm_statistics.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checksum.h"
-#include "trainer/elastic/accumulation.h"
+#include "trainer/accumulation.h"
 #include "trainer/evaluate.h"
 #include "trainer/model_export.h"
 

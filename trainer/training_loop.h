@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "trainer/data/loader.h"
-#include "trainer/elastic/commit_state.h"
-#include "trainer/elastic/epoch_plan.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/commit_state.h"
+#include "trainer/epoch_plan.h"
+#include "trainer/sampler.h"
 #include "trainer/learner.h"
 #include "trainer/objective.h"
 #include "trainer/precision.h"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "trainer/elastic/commit_state.h"
-#include "trainer/elastic/epoch_plan.h"
+#include "trainer/commit_state.h"
+#include "trainer/epoch_plan.h"
 #include "trainer/progress.h"
 
 namespace elastic::trainer {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "trainer/data/test_files.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
 
 namespace elastic::trainer {
 namespace {

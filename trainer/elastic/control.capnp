@@ -181,6 +181,7 @@ struct EpochSummary {
   imagesPerSecond @7 :Float64;
   seconds @8 :Float64;
   arithmetic @9 :Text;    # rank 0's precision and memory format, e.g. "bf16, channels-last"
+  learningRate @10 :Float64;  # at the epoch's last step
 }
 
 # Rank 0 -> controller (ToController.evaluation, a tell), after an evaluation

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "monitoring/run_report.h"
 #include "runtime/actor.h"
 #include "runtime/auth.h"
 #include "runtime/head.h"
@@ -36,8 +37,8 @@
 #include "runtime/options.h"
 #include "runtime/preforked_workers.h"
 #include "trainer/checkpoint.h"
+#include "trainer/commit_state.h"
 #include "trainer/data/dataset.h"
-#include "trainer/elastic/commit_state.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/controller_dispatch.h"
 #include "trainer/elastic/copy_store.h"
@@ -446,6 +447,7 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
   logged.tokens_per_second = metric_.unit == "tok" ? metric_.Rate(e.getImagesPerSecond()) : 0;
   logged.seconds = e.getSeconds();
   logged.arithmetic = e.getArithmetic().cStr();
+  logged.learning_rate = e.getLearningRate();
   events_.Append(logged);
 }
 
@@ -1041,7 +1043,8 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
   Say("driver: events in " + events.path());
   events.Append(run_event::Start{
       job_id, taken_over.has_value(), train.model_file.empty() ? train.model : train.model_file,
-      train.dataset, train.epochs, elastic.workers, program.metric.long_name});
+      train.dataset, train.epochs, elastic.controller_only ? 0 : elastic.workers,
+      program.metric.long_name});
   runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
   auto controller =
       std::make_shared<ControllerActor>(elastic, train, job_id, job, ConfigFor(elastic, train),
@@ -1070,7 +1073,10 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
         " (continue with --resume)");
   if (controller->started()) {
     try {
-      Say("driver: report " + metrics.WriteReport(run_dir, program.title));
+      monitoring::RunReportOptions options;
+      options.title = program.title;
+      Say("driver: report " +
+          monitoring::WriteRunReport(SeriesFromEvents(events.path()), run_dir, options));
     } catch (const std::exception& e) {
       Say(std::string("driver: warning: no report: ") + e.what());
     }

@@ -112,8 +112,11 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "from the commit they hold, or from the copy when every worker was lost too. "
               "Empty: no journal (losing the driver ends the job)");
   f.AddString("run-dir", &o.run_dir,
-              "elastic: directory for the driver's end-of-run report (report.html); empty: "
-              "runs/<date-time> in the directory the job was started from");
+              "elastic: directory of the job's event log (events.jsonl: every generation, "
+              "join, leave, fault, commit, checkpoint and epoch as a JSON line; docs/events.md) "
+              "and its end-of-run report (report.html). A driver that takes a job over appends "
+              "to the job's log. Empty: runs/<date-time> in the directory the job was started "
+              "from");
   f.AddString("preemption-notice", &o.preemption_notice,
               "elastic: watch this machine's cloud for a spot preemption notice and drain its "
               "workers (they leave at the next commit; with --admit-at=epoch at the next epoch "

@@ -152,6 +152,7 @@ void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
     m.setImagesPerSecond(s.images_per_second);
     m.setSeconds(s.seconds);
     m.setArithmetic(s.arithmetic);
+    m.setLearningRate(s.lr);
   });
 }
 

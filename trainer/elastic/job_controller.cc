@@ -18,19 +18,6 @@ std::string SecondsTenths(int64_t ms) {
 
 }  // namespace
 
-bool operator<(const StatePoint& a, const StatePoint& b) {
-  return std::tie(a.step, a.epoch, a.position) < std::tie(b.step, b.epoch, b.position);
-}
-
-bool operator==(const StatePoint& a, const StatePoint& b) {
-  return a.step == b.step && a.epoch == b.epoch && a.position == b.position;
-}
-
-std::string ToString(const StatePoint& point) {
-  return "epoch " + std::to_string(point.epoch + 1) + " position " +
-         std::to_string(point.position) + " step " + std::to_string(point.step);
-}
-
 const char* ToString(SourceKind kind) {
   switch (kind) {
     case SourceKind::kFresh:

@@ -28,6 +28,8 @@
 #include <variant>
 #include <vector>
 
+#include "trainer/state_point.h"
+
 namespace elastic::trainer {
 
 // Exit codes of the elastic processes.
@@ -37,17 +39,6 @@ inline constexpr int kExitError = 1;
 // --min-workers after --rendezvous-timeout, SIGINT/SIGTERM to the driver), or
 // because the job's state was lost (the message says what).
 inline constexpr int kExitStopped = 3;
-
-// A commit: after `step` optimizer steps, at `position` of `epoch`.
-struct StatePoint {
-  int64_t epoch = 0;
-  int64_t position = 0;
-  int64_t step = 0;
-};
-// Commits of one job are ordered by (step, epoch, position).
-bool operator<(const StatePoint& a, const StatePoint& b);
-bool operator==(const StatePoint& a, const StatePoint& b);
-std::string ToString(const StatePoint& point);  // "epoch 3 position 128 step 40"
 
 enum class SourceKind { kFresh, kResume, kMember, kControllerCopy, kCheckpoint };
 const char* ToString(SourceKind kind);

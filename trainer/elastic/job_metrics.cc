@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "monitoring/run_report.h"
-
 namespace elastic::trainer {
 
 JobMetrics::JobMetrics(const monitoring::MetricsOptions& options, bool port_is_default) {
@@ -34,13 +32,7 @@ void JobMetrics::OnGeneration(int64_t generation, int64_t world) {
   metrics_.SetWorldSize(world);
   metrics_.RetainRanks(world);
   generation_ = generation;
-  // For the timeline: a larger world came from joins, a smaller one from
-  // leaves or failures (the counters tell which).
-  std::optional<monitoring::MembershipChangeReason> reason;
-  if (world_ > 0 && world > world_) reason = monitoring::MembershipChangeReason::kJoin;
-  if (world_ > 0 && world < world_) reason = monitoring::MembershipChangeReason::kLeave;
   world_ = world;
-  history_.RecordWorldSize(world, generation, reason);
 }
 
 void JobMetrics::OnRescale(double seconds) {
@@ -53,10 +45,7 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
   metrics_.SetStep(p.step);
   if (std::isfinite(p.loss)) metrics_.SetTrainLoss(p.loss);
   if (p.accuracy >= 0 && p.accuracy <= 1) metrics_.SetTrainAccuracy(p.accuracy);
-  if (p.lr >= 0) {
-    metrics_.SetLearningRate(p.lr);
-    lr_ = p.lr;
-  }
+  if (p.lr >= 0) metrics_.SetLearningRate(p.lr);
   // Samples since the last report of the same epoch and generation; a restore
   // rewinds `seen`, and then nothing new was trained yet.
   if (last_progress_ && last_progress_->epoch == p.epoch &&
@@ -79,16 +68,6 @@ void JobMetrics::OnEpoch(const EpochReport& e) {
   metrics_.SetTestAccuracy(e.test_accuracy);
   metrics_.SetTestLoss(e.test_loss);
   SetRate(e.images_per_second);
-  monitoring::EpochRecord record;
-  record.epoch = e.epoch;
-  record.train_loss = e.train_loss;
-  record.train_accuracy = e.train_accuracy;
-  record.test_accuracy = e.test_accuracy;
-  record.images_per_second = e.images_per_second;
-  record.tokens_per_second = e.images_per_second * static_cast<double>(tokens_per_sample_);
-  record.learning_rate = lr_;
-  record.world_size = e.world;
-  history_.RecordEpoch(record);
 }
 
 void JobMetrics::AwaitFinalScrape() {
@@ -145,12 +124,6 @@ void JobMetrics::OnRuntimeStats(uint64_t messages, uint64_t heartbeats_missed) {
     metrics_.AddHeartbeatMisses(heartbeats_missed - heartbeats_missed_);
   runtime_messages_ = std::max(runtime_messages_, messages);
   heartbeats_missed_ = std::max(heartbeats_missed_, heartbeats_missed);
-}
-
-std::string JobMetrics::WriteReport(const std::string& run_dir, const std::string& title) {
-  monitoring::RunReportOptions options;
-  options.title = title;
-  return monitoring::WriteRunReport(history_.Snapshot(), run_dir, options);
 }
 
 }  // namespace elastic::trainer

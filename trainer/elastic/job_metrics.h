@@ -1,6 +1,7 @@
-// What the driver of an elastic job exports while it runs, and the report it
-// leaves behind: the Prometheus endpoint (monitoring/) fed from the progress,
-// epoch and membership news that rank 0 and the head give the driver.
+// What the driver of an elastic job exports while it runs: the Prometheus
+// endpoint (monitoring/) fed from the progress, epoch and membership news that
+// rank 0 and the head give the driver. (The end-of-run report is drawn from
+// the job's event log: run_events.h.)
 #pragma once
 
 #include <chrono>
@@ -12,7 +13,6 @@
 
 #include "monitoring/membership_reason.h"
 #include "monitoring/metrics_exposer.h"
-#include "monitoring/run_history.h"
 #include "monitoring/training_metrics.h"
 #include "trainer/elastic/worker_stats.h"
 
@@ -53,12 +53,11 @@ class JobMetrics {
   std::string url() const;
 
   // A language model's tokens per sample: throughput is then exported in
-  // tokens/s as well (elastic_train_tokens_per_second, the report). 0: none.
+  // tokens/s as well (elastic_train_tokens_per_second). 0: none.
   void SetTokensPerSample(int64_t tokens) { tokens_per_sample_ = tokens; }
 
   // A new view is in force. Membership changes (join, leave, failure) are
-  // counted where they are known, through metrics().RecordMembershipChange;
-  // the world-size timeline of the report gets the reason of the change.
+  // counted where they are known, through metrics().RecordMembershipChange.
   void OnGeneration(int64_t generation, int64_t world);
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
@@ -83,9 +82,6 @@ class JobMetrics {
   // scrapes, a minute at most.
   void AwaitFinalScrape();
 
-  // Writes <run_dir>/report.html; returns its path.
-  std::string WriteReport(const std::string& run_dir, const std::string& title);
-
   monitoring::TrainingMetrics& metrics() { return metrics_; }
 
  private:
@@ -93,9 +89,7 @@ class JobMetrics {
   void SetRate(double samples_per_second);
 
   monitoring::TrainingMetrics metrics_;
-  monitoring::RunHistory history_;
   std::unique_ptr<monitoring::MetricsExposer> exposer_;
-  double lr_ = 0;
   int64_t tokens_per_sample_ = 0;
   int64_t world_ = 0;
   int64_t generation_ = 0;

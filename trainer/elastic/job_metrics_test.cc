@@ -59,15 +59,6 @@ TEST(JobMetricsTest, FeedsTheMetricsAndTheReport) {
   EXPECT_NE(text.find("elastic_samples_processed_total 64"), std::string::npos) << text;
   EXPECT_NE(text.find("elastic_test_accuracy_ratio 0.5"), std::string::npos) << text;
   EXPECT_NE(text.find("elastic_rescale_duration_seconds_count 1"), std::string::npos) << text;
-
-  const std::string dir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-      "/job_metrics_report";
-  const std::string path = job.WriteReport(dir, "test run");
-  std::ifstream in(path);
-  std::stringstream html;
-  html << in.rdbuf();
-  EXPECT_NE(html.str().find("<svg"), std::string::npos);
 }
 
 TEST(JobMetricsTest, ALanguageModelCountsTokens) {
@@ -90,14 +81,6 @@ TEST(JobMetricsTest, ALanguageModelCountsTokens) {
   const std::string evaluated = job.metrics().Serialize();
   EXPECT_NE(evaluated.find("elastic_test_loss 1.875"), std::string::npos) << evaluated;
   EXPECT_NE(evaluated.find("elastic_test_accuracy_ratio 0.375"), std::string::npos) << evaluated;
-  const std::string dir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-      "/job_metrics_tokens_report";
-  std::ifstream in(job.WriteReport(dir, "gpt"));
-  std::stringstream html;
-  html << in.rdbuf();
-  EXPECT_NE(html.str().find("<title>tokens per second at 1: 3200</title>"), std::string::npos);
-  EXPECT_NE(html.str().find("<th>mean throughput</th><td>3200.0 tokens/s</td>"), std::string::npos);
 }
 
 TEST(JobMetricsTest, ABusyDefaultPortIsAWarningAnExplicitOneAnError) {

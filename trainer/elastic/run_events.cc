@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
 namespace elastic::trainer {
@@ -143,6 +146,7 @@ void Fill(const run_event::Epoch& e, Json& j) {
   j["tokens_per_second"] = e.tokens_per_second;
   j["seconds"] = e.seconds;
   j["arithmetic"] = e.arithmetic;
+  j["learning_rate"] = e.learning_rate;
 }
 void Fill(const run_event::Evaluation& e, Json& j) {
   j["event"] = "evaluation";
@@ -220,6 +224,70 @@ void EventLog::Append(const RunEvent& event) {
   if (written > 0) (void)!::write(fd_, "\n", 1);
   if (!failing_) warn_("warning: events not written to " + path_ + ": " + why);
   failing_ = true;
+}
+
+namespace {
+
+double NumberOr(const Json& j, const char* key, double otherwise) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : otherwise;
+}
+
+}  // namespace
+
+monitoring::RunSeries SeriesFromEvents(const std::string& path) {
+  using monitoring::MembershipChangeReason;
+  monitoring::RunSeries series;
+  std::ifstream in(path);
+  std::optional<int64_t> start_ms;
+  int64_t last_ms = 0;
+  std::optional<std::set<uint64_t>> members;  // of the last view
+  std::set<uint64_t> draining;                // asked to leave: their going is a leave
+  for (std::string line; std::getline(in, line);) try {
+      const Json e = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!e.is_object() || !e.contains("event") || !e.contains("unix_ms")) continue;
+      const std::string name = e["event"].is_string() ? e["event"].get<std::string>() : "";
+      const int64_t ms = e["unix_ms"].is_number() ? e["unix_ms"].get<int64_t>() : last_ms;
+      if (!start_ms) start_ms = ms;
+      last_ms = ms;
+      const double seconds = static_cast<double>(ms - *start_ms) / 1000.0;
+      if (name == "draining") {
+        draining.insert(e["member"].get<uint64_t>());
+      } else if (name == "view") {
+        const std::set<uint64_t> now = e["members"].get<std::set<uint64_t>>();
+        if (members && now == *members) continue;
+        // Who went tells why: a member that asked to leave left; any other
+        // that went failed. Otherwise someone joined.
+        std::optional<MembershipChangeReason> reason;
+        if (members) {
+          bool failed = false, left = false, joined = false;
+          for (uint64_t id : *members)
+            if (now.count(id) == 0) (draining.count(id) > 0 ? left : failed) = true;
+          for (uint64_t id : now) joined |= members->count(id) == 0;
+          if (joined) reason = MembershipChangeReason::kJoin;
+          if (left) reason = MembershipChangeReason::kLeave;
+          if (failed) reason = MembershipChangeReason::kFailure;
+        }
+        series.world.push_back(
+            {seconds, static_cast<int64_t>(now.size()), e["generation"].get<int64_t>(), reason});
+        members = now;
+      } else if (name == "epoch") {
+        monitoring::EpochRecord r;
+        r.epoch = e["epoch"].get<int64_t>();
+        r.train_loss = NumberOr(e, "train_loss", std::numeric_limits<double>::quiet_NaN());
+        r.train_accuracy = NumberOr(e, "train_metric", 0);
+        r.test_accuracy = NumberOr(e, "test_metric", std::numeric_limits<double>::quiet_NaN());
+        r.images_per_second = NumberOr(e, "samples_per_second", 0);
+        r.tokens_per_second = NumberOr(e, "tokens_per_second", 0);
+        r.learning_rate = NumberOr(e, "learning_rate", 0);
+        r.world_size = e["world"].get<int64_t>();
+        r.seconds = seconds;
+        series.epochs.push_back(r);
+      }
+    } catch (const Json::exception&) {
+      continue;  // an event without the fields of its kind: not one this reader can use
+    }
+  series.duration_seconds = start_ms ? static_cast<double>(last_ms - *start_ms) / 1000.0 : 0;
+  return series;
 }
 
 }  // namespace elastic::trainer

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "monitoring/run_history.h"
 #include "trainer/elastic/job_controller.h"
 
 namespace elastic::trainer {
@@ -107,7 +108,8 @@ struct Epoch {
   double samples_per_second = 0;
   double tokens_per_second = 0;  // 0 unless the job trains on token windows
   double seconds = 0;
-  std::string arithmetic;  // rank 0's precision and memory format, e.g. "bf16, channels-last"
+  std::string arithmetic;    // rank 0's precision and memory format, e.g. "bf16, channels-last"
+  double learning_rate = 0;  // at the epoch's last step
 };
 struct Evaluation {  // an evaluation inside an epoch (--eval-every)
   int64_t step = 0;
@@ -167,5 +169,12 @@ class EventLog {
 
 // The file's name in the run directory.
 inline constexpr char kEventsFile[] = "events.jsonl";
+
+// What the run report draws (monitoring/run_report.h), read back from an
+// event log: the epochs, and the world size at every view with why it
+// changed (a join, a graceful leave, a failure), timed from the log's first
+// event. A log that holds several drivers of one job (a take-over) is one
+// run. Lines that are not events (a half-written last one) are skipped.
+monitoring::RunSeries SeriesFromEvents(const std::string& path);
 
 }  // namespace elastic::trainer

@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "monitoring/run_report.h"
 
 namespace elastic::trainer {
 namespace {
@@ -180,6 +183,72 @@ TEST(RunEventsTest, AnUnopenableLogIsAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("/proc/self/no/such/events.jsonl"), std::string::npos)
         << e.what();
   }
+}
+
+// The report's series, read back from a log: a job of two that loses one
+// worker to a failure, takes a joiner and lets one go on purpose.
+TEST(SeriesFromEventsTest, EpochsAndTheWorldWithWhyItChanged) {
+  const std::string path = TempDir("run_events_series") + "/events.jsonl";
+  {
+    EventLog log(path, [](const std::string&) {});
+    log.Append(run_event::Start{"job", false, "gpt.pt", "tokens", 3, 2, "token accuracy"});
+    log.Append(run_event::View{1, {1, 2}, "start"});
+    run_event::Epoch epoch;
+    epoch.epoch = 1;
+    epoch.epochs = 3;
+    epoch.world = 2;
+    epoch.train_loss = 2.5;
+    epoch.train_metric = 0.25;
+    epoch.test_loss = 2.25;
+    epoch.test_metric = 0.3;
+    epoch.samples_per_second = 50;
+    epoch.tokens_per_second = 3200;
+    epoch.learning_rate = 1e-3;
+    log.Append(epoch);
+    log.Append(run_event::Leave{2, 1, "failed"});
+    log.Append(run_event::View{2, {1}, "membership"});
+    log.Append(run_event::Join{3, 2, std::nullopt});
+    log.Append(run_event::View{3, {1, 3}, "1 joined"});
+    log.Append(run_event::View{3, {1, 3}, "membership"});  // no change: no point
+    log.Append(run_event::Draining{3});
+    log.Append(run_event::View{4, {1}, "1 left"});
+    epoch.epoch = 2;
+    epoch.world = 1;
+    epoch.test_loss = std::nan("");
+    log.Append(epoch);
+  }
+  // A driver killed mid-write leaves half a line; a reader skips it.
+  std::ofstream(path, std::ios::app) << "{\"event\":\"epoch\",\"unix_ms\":17";
+
+  const monitoring::RunSeries series = SeriesFromEvents(path);
+  ASSERT_EQ(series.world.size(), 4u);
+  EXPECT_EQ(series.world[0].world_size, 2);
+  EXPECT_FALSE(series.world[0].reason.has_value());
+  EXPECT_EQ(series.world[1].reason, monitoring::MembershipChangeReason::kFailure);
+  EXPECT_EQ(series.world[2].reason, monitoring::MembershipChangeReason::kJoin);
+  EXPECT_EQ(series.world[3].reason, monitoring::MembershipChangeReason::kLeave);
+  EXPECT_EQ(series.world[3].generation, 4);
+  ASSERT_EQ(series.epochs.size(), 2u);
+  EXPECT_EQ(series.epochs[0].epoch, 1);
+  EXPECT_EQ(series.epochs[0].tokens_per_second, 3200);
+  EXPECT_EQ(series.epochs[0].learning_rate, 1e-3);
+  EXPECT_EQ(series.epochs[0].test_accuracy, 0.3);
+  EXPECT_EQ(series.epochs[1].world_size, 1);
+  EXPECT_GE(series.duration_seconds, 0);
+
+  monitoring::RunReportOptions options;
+  options.title = "gpt";
+  std::ifstream in(monitoring::WriteRunReport(series, TempDir("run_events_report"), options));
+  std::stringstream html;
+  html << in.rdbuf();
+  EXPECT_NE(html.str().find("<title>tokens per second at 1: 3200</title>"), std::string::npos);
+  EXPECT_NE(html.str().find("<th>mean throughput</th><td>3200.0 tokens/s</td>"), std::string::npos);
+}
+
+TEST(SeriesFromEventsTest, NoLogIsAnEmptyRun) {
+  const monitoring::RunSeries series = SeriesFromEvents("/nonexistent/events.jsonl");
+  EXPECT_TRUE(series.epochs.empty());
+  EXPECT_TRUE(series.world.empty());
 }
 
 }  // namespace

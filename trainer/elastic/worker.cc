@@ -41,7 +41,7 @@
 #include "trainer/checksum.h"
 #include "trainer/compute_threads.h"
 #include "trainer/device.h"
-#include "trainer/elastic/commit_state.h"
+#include "trainer/commit_state.h"
 #include "trainer/elastic/control_messages.h"
 #include "trainer/elastic/controller_link.h"
 #include "trainer/elastic/elastic.h"

@@ -1,10 +1,10 @@
-#include "trainer/elastic/state_fuzz.h"
+#include "trainer/state_fuzz.h"
 
 #include <stdexcept>
 #include <string_view>
 
 #include "models/registry.h"
-#include "trainer/elastic/commit_state.h"
+#include "trainer/commit_state.h"
 #include "trainer/learner.h"
 
 namespace elastic::trainer {

@@ -10,8 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include "trainer/elastic/job_controller.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
+#include "trainer/state_point.h"
 
 namespace elastic::trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/elastic/commit_state.h"
+#include "trainer/commit_state.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // processes (Gloo over loopback) and each rank's share cut into micro-batches,
 // the parameters after several optimizer steps equal those of one process
 // taking each step on all the step's samples at once.
-#include "trainer/elastic/accumulation.h"
+#include "trainer/accumulation.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -16,7 +16,7 @@
 #include "collectives/testing/subprocess.h"
 #include "collectives/testing/test_store.h"
 #include "models/net.h"
-#include "trainer/elastic/sampler.h"
+#include "trainer/sampler.h"
 
 namespace elastic::trainer {
 namespace {

@@ -1,4 +1,4 @@
-#include "trainer/elastic/accumulation.h"
+#include "trainer/accumulation.h"
 
 #include <stdexcept>
 #include <string>

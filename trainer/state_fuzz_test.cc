@@ -1,7 +1,7 @@
 // Runs the state-transfer decoder's fuzz target (state_fuzz.cc) over a
 // bounded number of deterministic mutations of a real sealed learner state,
 // so CI fuzzes every run without clang. FUZZ_ITERATIONS overrides the count.
-#include "trainer/elastic/state_fuzz.h"
+#include "trainer/state_fuzz.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/fuzz_mutator.h"
-#include "trainer/elastic/commit_state.h"
+#include "trainer/commit_state.h"
 
 namespace elastic::trainer {
 namespace {

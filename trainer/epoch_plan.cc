@@ -1,4 +1,4 @@
-#include "trainer/elastic/epoch_plan.h"
+#include "trainer/epoch_plan.h"
 
 namespace elastic::trainer {
 
