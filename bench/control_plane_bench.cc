@@ -687,7 +687,7 @@ std::vector<int> ParseList(const std::string& text) {
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
   // The trainer's default --heartbeat-timeout (3 s), not the runtime's 1 s,
-  // and its heartbeat interval, a tenth of it (trainer/elastic/driver.cc).
+  // and its heartbeat interval, a tenth of it (trainer/elastic/controller/driver.cc).
   flags.transport.heartbeat_timeout = std::chrono::milliseconds(3000);
   flags.transport.heartbeat_interval = std::chrono::milliseconds(300);
   for (int i = 1; i < argc; ++i) {

@@ -8,7 +8,7 @@
 // slice), the gradients are summed across ranks (each weighted by its share),
 // the learning rate is --lr x W, and what is printed, evaluated and
 // checkpointed is the job's, not one rank's. An elastic job's generations run
-// the same loop in another World (trainer/elastic/generation_world.h).
+// the same loop in another World (trainer/elastic/worker/generation_world.h).
 //
 // Also here: what every run decides from the flags before its loop starts
 // (arithmetic, the learner's configuration, the loop's), shared with the

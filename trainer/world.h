@@ -1,6 +1,6 @@
 // Where a training loop runs: a World. One fixed group of ranks (a single
 // process, or an MPI job: fixed_world.h) or one generation of an elastic job
-// (trainer/elastic/generation_world.h), which ends at a fault or a new view.
+// (trainer/elastic/worker/generation_world.h), which ends at a fault or a new view.
 //
 // The loop (training_loop.h) reduces and broadcasts through the world's
 // communicators, asks it at each commit whether to stop, and tells it what

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "trainer/elastic/elastic_options.h"
-#include "trainer/elastic/job_controller.h"  // kExitOk, kExitError, kExitStopped
+#include "trainer/elastic/exit_codes.h"
 #include "trainer/progress.h"
 #include "trainer/task.h"
 #include "trainer/train_options.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "trainer/elastic/job_spec.h"
+#include "trainer/elastic/protocol/job_spec.h"
 
 namespace elastic::trainer {
 namespace {
