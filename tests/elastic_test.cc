@@ -43,6 +43,7 @@ namespace {
 
 using elastic::tests::EpochCount;
 using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::ExpectRolledBackToACommit;
 using elastic::tests::ExpectStepsWithinTheirEpoch;
 using elastic::tests::FreshTempDir;
 using elastic::tests::JobEvent;
@@ -89,17 +90,6 @@ bool HasEpoch(const JobEvents& events, int epoch, int world) {
 bool HasGenerationOf(const JobEvents& events, size_t world) {
   for (const JobEvent& g : events.Of("generation"))
     if (g["members"].size() == world) return true;
-  return false;
-}
-
-// A worker failed (the head said so, or a collective did) and a generation
-// after it restored a commit: the job rolled back to its last commit.
-bool RolledBackAfterAFailure(const JobEvents& events) {
-  bool failed = false;
-  for (const JobEvent& e : events.all()) {
-    failed = failed || e["event"] == "fault" || (e["event"] == "leave" && e["reason"] == "failed");
-    if (failed && e["event"] == "generation" && e["source"] != "fresh") return true;
-  }
   return false;
 }
 
@@ -153,7 +143,7 @@ void KillMidEpoch(int rank) {
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
   const JobEvents events = Events(dir);
-  EXPECT_TRUE(RolledBackAfterAFailure(events)) << events.Text();
+  ExpectRolledBackToACommit(events);
   bool rescaled = false;  // a later generation's first step
   for (const JobEvent& first : events.Of("first_step")) rescaled |= first["generation"] > 1;
   EXPECT_TRUE(rescaled) << events.Text();
@@ -281,7 +271,7 @@ TEST(ElasticTest, GlobalBatchWithBf16SurvivesAKill) {
   ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 0) << WithoutProgress(driver.Output());
   const std::string output = driver.Output();
   const JobEvents events = Events(dir);
-  EXPECT_TRUE(RolledBackAfterAFailure(events)) << events.Text();
+  ExpectRolledBackToACommit(events);
   EXPECT_TRUE(HasEpoch(events, 1, 3)) << events.Text();
   EXPECT_TRUE(HasEpoch(events, 2, 2)) << events.Text();
   // The step count of an epoch does not depend on the world: ceil(3072 / 100).
@@ -350,7 +340,7 @@ TEST(ElasticTest, PauseWithinTheHeartbeatTimeoutIsNotAFailure) {
 // timeout before it notices, and bf16 trains an epoch alone in about 1.6 s.
 TEST(ElasticTest, WorkerSilentPastTheHeartbeatTimeoutIsAFailure) {
   const JobEvents events = HangRankOneForThreeSeconds("hang", "0.5", 10);
-  EXPECT_TRUE(RolledBackAfterAFailure(events)) << events.Text();
+  ExpectRolledBackToACommit(events);
   bool alone = false;  // the survivor's view of one
   for (const JobEvent& view : events.Of("view")) alone |= view["members"].size() == 1;
   EXPECT_TRUE(alone) << events.Text();

@@ -59,6 +59,20 @@ bool StopAfterAnEpochWithWorld(Process& driver, const std::string& run_dir, int 
   return ::kill(driver.pid(), SIGTERM) == 0;
 }
 
+void ExpectRolledBackToACommit(const JobEvents& events) {
+  const std::vector<JobEvent>& all = events.all();
+  size_t failed = all.size();
+  for (size_t i = 0; i < all.size() && failed == all.size(); ++i)
+    if (all[i]["event"] == "leave" && all[i]["reason"] == "failed") failed = i;
+  ASSERT_LT(failed, all.size()) << "no worker failed\n" << events.Text();
+  bool restored = false;
+  for (size_t i = failed + 1; i < all.size(); ++i) {
+    const JobEvent& e = all[i];
+    restored |= e["event"] == "generation" && e["source"] != "fresh";
+  }
+  EXPECT_TRUE(restored) << "no generation after the failure restored a commit\n" << events.Text();
+}
+
 double LastTestAccuracy(const JobEvents& events) {
   const JobEvent last = events.Last("epoch");
   return last.is_null() || last["test_metric"].is_null() ? -1

@@ -21,6 +21,7 @@ namespace {
 
 using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::ExpectRolledBackToACommit;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
 using elastic::tests::JobEvent;
@@ -42,24 +43,6 @@ constexpr int kEpochs = 2;
 // A uniform guess over the 65 characters scores ln 65 = 4.17 and their own
 // frequencies about 3.3.
 constexpr double kValLossBound = 3.0;
-
-// The killed worker failed, and a generation after the failure went back to
-// the last commit: its state came from a commit (a member's, the controller's
-// copy or the checkpoint), not from a fresh model.
-void ExpectRestoredTheLastCommit(const JobEvents& events) {
-  const std::vector<JobEvent>& all = events.all();
-  size_t failed = all.size();
-  for (size_t i = 0; i < all.size() && failed == all.size(); ++i)
-    if (all[i]["event"] == "leave" && all[i]["reason"] == "failed") failed = i;
-  ASSERT_LT(failed, all.size()) << "no worker failed\n" << events.Text();
-  bool restored = false;
-  for (size_t i = failed + 1; i < all.size(); ++i) {
-    const JobEvent& e = all[i];
-    if (e["event"] == "generation" && e["source"] != "fresh" && e["restores"]["step"] > 0)
-      restored = true;
-  }
-  EXPECT_TRUE(restored) << "no generation after the failure restored a commit\n" << events.Text();
-}
 
 TEST(GptExampleTest, TrainsThroughAKillAndAJoin) {
   ELASTIC_REQUIRE_INPUT(!TinyShakespeareText().empty(),
@@ -90,7 +73,7 @@ TEST(GptExampleTest, TrainsThroughAKillAndAJoin) {
       << WithoutProgress(driver.Output()) << WithoutProgress(joiner.Output());
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
   const JobEvents events = JobEvents::Read(RunDir(dir));
-  ExpectRestoredTheLastCommit(events);
+  ExpectRolledBackToACommit(events);
   // The joiner trained: a generation after the kill's had two members again.
   bool two_again = false;
   for (const JobEvent& p : events.Of("params"))

@@ -18,6 +18,7 @@ namespace {
 
 using elastic::tests::ExpectEverySampleOnce;
 using elastic::tests::ExpectOneChecksumPerGeneration;
+using elastic::tests::ExpectRolledBackToACommit;
 using elastic::tests::FreshTempDir;
 using elastic::tests::HeadPort;
 using elastic::tests::JobEvent;
@@ -47,24 +48,6 @@ double FinalError(const std::string& output) {
 double FinalError(const JobEvents& events) {
   const JobEvent done = events.Last("done");
   return done.is_null() ? -1 : done["test_metric"].get<double>();
-}
-
-// The killed worker failed, and a generation after the failure went back to
-// the last commit: its state came from a commit (a member's, the controller's
-// copy or the checkpoint), not from a fresh model.
-void ExpectRestoredTheLastCommit(const JobEvents& events) {
-  const std::vector<JobEvent>& all = events.all();
-  size_t failed = all.size();
-  for (size_t i = 0; i < all.size() && failed == all.size(); ++i)
-    if (all[i]["event"] == "leave" && all[i]["reason"] == "failed") failed = i;
-  ASSERT_LT(failed, all.size()) << "no worker failed\n" << events.Text();
-  bool restored = false;
-  for (size_t i = failed + 1; i < all.size(); ++i) {
-    const JobEvent& e = all[i];
-    if (e["event"] == "generation" && e["source"] != "fresh" && e["restores"]["step"] > 0)
-      restored = true;
-  }
-  EXPECT_TRUE(restored) << "no generation after the failure restored a commit\n" << events.Text();
 }
 
 // Predicting the mean of the targets (y = sin(x0) + x1 x2 / 2 - 0.3 x3^2 +
@@ -105,7 +88,7 @@ TEST(RegressionExampleTest, SurvivesAKillAndAJoinWithEverySampleOnce) {
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner.Output());
   const std::string output = driver.Output() + joiner.Output();
   const JobEvents events = JobEvents::Read(RunDir(dir));
-  ExpectRestoredTheLastCommit(events);
+  ExpectRolledBackToACommit(events);
   // The workers, this same binary started by the node agents, train with the
   // program's defaults (--precision=fp32 among them), not cifar's: rank 0's
   // arithmetic in every epoch. (On which device is in their own lines only.)
