@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <regex>
@@ -22,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 
 namespace elastic::tests {
 namespace {
@@ -46,7 +48,7 @@ std::vector<std::string> LongEpochJob(const std::string& dir, int epochs) {
   return args;
 }
 
-// A worker's sync line: where a generation of `world` workers started.
+// Where a generation of `world` workers started: its rank 0's "params" event.
 struct Sync {
   int generation = 0;
   int64_t epoch = 0;
@@ -54,22 +56,20 @@ struct Sync {
   int64_t step = 0;
 };
 
-std::vector<Sync> SyncsAtWorld(const std::string& output, int world) {
-  static const std::regex line(
-      "params generation=(\\d+) rank=0 world=(\\d+) checksum=\\w+ epoch=(\\d+) "
-      "position=(\\d+) step=(\\d+)");
+std::vector<Sync> SyncsAtWorld(const JobEvents& events, int world) {
   std::vector<Sync> syncs;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
-       it != std::sregex_iterator(); ++it) {
-    if (std::stoi((*it)[2]) != world) continue;
-    syncs.push_back(
-        {std::stoi((*it)[1]), std::stoll((*it)[3]), std::stoll((*it)[4]), std::stoll((*it)[5])});
+  for (const JobEvent& p : events.Of("params")) {
+    if (p["rank"] != 0 || p["world"] != world) continue;
+    syncs.push_back({p["generation"].get<int>(), p["point"]["epoch"].get<int64_t>(),
+                     p["point"]["position"].get<int64_t>(), p["point"]["step"].get<int64_t>()});
   }
   return syncs;
 }
 
 // The last global step the job printed before the head's line that member
-// `member` joined: where training was when the joiner registered.
+// `member` joined: where training was when the joiner registered. (Its
+// "join" event does not say, and comes later: when the worker said hello to
+// the controller, not when the head registered it.)
 int64_t StepWhenMemberJoined(const std::string& output, int member) {
   const size_t joined = output.find("] member " + std::to_string(member) + " (");
   if (joined == std::string::npos) return -1;
@@ -82,10 +82,15 @@ int64_t StepWhenMemberJoined(const std::string& output, int member) {
   return last;
 }
 
+// What a job said: its processes' output, and its event log.
+struct JobRecord {
+  std::string output;
+  JobEvents events;
+};
+
 // Two workers train a long epoch; a node of one worker joins some 100 steps
-// into it. Returns the job's output (driver and joiner).
-std::string JoinMidEpoch(const std::string& dir, const std::vector<std::string>& extra,
-                         int epochs) {
+// into it.
+JobRecord JoinMidEpoch(const std::string& dir, const std::vector<std::string>& extra, int epochs) {
   std::vector<std::string> args = LongEpochJob(dir, epochs);
   args.insert(args.end(), extra.begin(), extra.end());
   Process driver(args, dir + "/driver.log");
@@ -95,43 +100,71 @@ std::string JoinMidEpoch(const std::string& dir, const std::vector<std::string>&
   const std::unique_ptr<Process> joiner = JoinNode(port, 1, dir + "/token", dir + "/join.log");
   EXPECT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << WithoutProgress(driver.Output());
   EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner->Output());
-  return driver.Output() + joiner->Output();
+  return {driver.Output() + joiner->Output(), JobEvents::Read(RunDir(dir))};
+}
+
+// Whether the log has an event named `name` that satisfies `accept`.
+bool Has(const JobEvents& events, const std::string& name,
+         const std::function<bool(const JobEvent&)>& accept) {
+  for (const JobEvent& e : events.Of(name))
+    if (accept(e)) return true;
+  return false;
+}
+
+// The job trained every one of its `epochs` epochs: its "done" event.
+void ExpectDone(const JobEvents& events, int epochs) {
+  EXPECT_TRUE(Has(events, "done", [&](const JobEvent& e) { return e["epochs"] == epochs; }))
+      << "no \"done\" event of " << epochs << " epochs\n"
+      << events.Text();
+}
+
+// An epoch `epoch`/`epochs` trained at `world`.
+void ExpectEpochAtWorld(const JobEvents& events, int epoch, int epochs, int world) {
+  EXPECT_TRUE(Has(events, "epoch",
+                  [&](const JobEvent& e) {
+                    return e["epoch"] == epoch && e["epochs"] == epochs && e["world"] == world;
+                  }))
+      << "no epoch " << epoch << "/" << epochs << " at world " << world << "\n"
+      << events.Text();
 }
 
 TEST(AdmissionTest, AJoinMidEpochTrainsFromTheNextCommit) {
   const std::string dir = FreshTempDir("admit-commit");
-  const std::string output = JoinMidEpoch(dir, {}, 1);
-  const std::vector<Sync> three = SyncsAtWorld(output, 3);
-  ASSERT_FALSE(three.empty()) << "the joiner never trained\n" << WithoutProgress(output);
+  const JobRecord job = JoinMidEpoch(dir, {}, 1);
+  const std::string& output = job.output;
+  const JobEvents& events = job.events;
+  const std::vector<Sync> three = SyncsAtWorld(events, 3);
+  ASSERT_FALSE(three.empty()) << "the joiner never trained\n" << events.Text();
   const Sync& entered = three.front();
   const int64_t registered_at = StepWhenMemberJoined(output, 3);
   std::cout << "joiner registered at step " << registered_at << ", trained from step "
             << entered.step << " (epoch " << entered.epoch + 1 << " position " << entered.position
             << " of " << kLongEpochSamples << ")" << std::endl;
-  EXPECT_EQ(entered.epoch, 0) << WithoutProgress(output);
-  EXPECT_GT(entered.position, 0) << "entered at the boundary\n" << WithoutProgress(output);
-  EXPECT_LT(entered.position, kLongEpochSamples) << WithoutProgress(output);
+  EXPECT_EQ(entered.epoch, 0) << events.Text();
+  EXPECT_GT(entered.position, 0) << "entered at the boundary\n" << events.Text();
+  EXPECT_LT(entered.position, kLongEpochSamples) << events.Text();
   // The next commit after the registration: at most kCommitEvery steps later,
   // and a few more for the progress lines that rank 0's agent relays behind
   // the head's own line.
   ASSERT_GE(registered_at, 0) << WithoutProgress(output);
-  EXPECT_LE(entered.step, registered_at + kCommitEvery + 3) << WithoutProgress(output);
-  EXPECT_EQ(entered.step % kCommitEvery, 0) << "a commit point" << WithoutProgress(output);
-  EXPECT_NE(output.find("done: 1 epochs"), std::string::npos) << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  EXPECT_LE(entered.step, registered_at + kCommitEvery + 3)
+      << WithoutProgress(output) << events.Text();
+  EXPECT_EQ(entered.step % kCommitEvery, 0) << "a commit point\n" << events.Text();
+  ExpectDone(events, 1);
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/samples", kLongEpochSamples, 1);
 }
 
 TEST(AdmissionTest, AdmitAtEpochJoinWaitsForTheEpochBoundary) {
   const std::string dir = FreshTempDir("admit-epoch");
-  const std::string output = JoinMidEpoch(dir, {"--admit-at=epoch"}, 2);
-  const std::vector<Sync> three = SyncsAtWorld(output, 3);
-  ASSERT_FALSE(three.empty()) << "the joiner never trained\n" << WithoutProgress(output);
-  EXPECT_EQ(three.front().epoch, 1) << WithoutProgress(output);
-  EXPECT_EQ(three.front().position, 0) << WithoutProgress(output);
-  EXPECT_NE(output.find("epoch 1/2 world 2 |"), std::string::npos) << WithoutProgress(output);
-  EXPECT_NE(output.find("epoch 2/2 world 3 |"), std::string::npos) << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  const JobEvents events = JoinMidEpoch(dir, {"--admit-at=epoch"}, 2).events;
+  const std::vector<Sync> three = SyncsAtWorld(events, 3);
+  ASSERT_FALSE(three.empty()) << "the joiner never trained\n" << events.Text();
+  EXPECT_EQ(three.front().epoch, 1) << events.Text();
+  EXPECT_EQ(three.front().position, 0) << events.Text();
+  ExpectEpochAtWorld(events, 1, 2, 2);
+  ExpectEpochAtWorld(events, 2, 2, 3);
+  ExpectOneChecksumPerGeneration(events);
   ExpectEverySampleOnce(dir + "/samples", kLongEpochSamples, 2);
 }
 
@@ -147,46 +180,46 @@ TEST(AdmissionTest, EveryWorkerKilledThenTwoNodesOfTwoFormOneGenerationAtWorldFo
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
   std::vector<pid_t> workers;
-  for (int rank = 0; rank < 4; ++rank) workers.push_back(WorkerPid(driver, 1, rank));
+  for (int rank = 0; rank < 4; ++rank) workers.push_back(WorkerPid(RunDir(dir), 1, rank));
   ASSERT_TRUE(WaitForStep(driver, 1, 10)) << WithoutProgress(driver.Output());
   for (pid_t pid : workers) {
     ASSERT_GT(pid, 0) << WithoutProgress(driver.Output());
     ::kill(pid, SIGKILL);
   }
+  // Every worker is gone: the view of none.
   ASSERT_FALSE(
-      driver.WaitFor("driver: generation \\d+: 0 workers", std::chrono::seconds(60)).empty())
-      << WithoutProgress(driver.Output());
+      WaitForEvent(RunDir(dir), std::chrono::seconds(60),
+                   [](const JobEvent& e) { return e["event"] == "view" && e["members"].empty(); })
+          .is_null())
+      << WithoutProgress(driver.Output()) << JobEvents::Read(RunDir(dir)).Text();
   const std::unique_ptr<Process> first = JoinNode(port, 2, dir + "/token", dir + "/join0.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const std::unique_ptr<Process> second = JoinNode(port, 2, dir + "/token", dir + "/join1.log");
   EXPECT_EQ(driver.Wait(std::chrono::seconds(600)), 0) << WithoutProgress(driver.Output());
-  const std::string output = driver.Output() + first->Output() + second->Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
 
   // Generation 1 trained at world 4; after the loss, the first generation that
   // trains is at world 4 again, and none trains at a smaller world.
-  const std::vector<Sync> four = SyncsAtWorld(output, 4);
-  ASSERT_GE(four.size(), 2u) << WithoutProgress(output);
-  EXPECT_TRUE(SyncsAtWorld(output, 2).empty()) << WithoutProgress(output);
-  EXPECT_TRUE(SyncsAtWorld(output, 1).empty()) << WithoutProgress(output);
-  EXPECT_TRUE(SyncsAtWorld(output, 3).empty()) << WithoutProgress(output);
-  EXPECT_GT(four[1].step, 0) << WithoutProgress(output);
-  EXPECT_NE(output.find("restores the controller's copy"), std::string::npos)
-      << WithoutProgress(output);
-  const std::smatch rescale = driver.WaitFor(
-      "rescale: generation \\d+ \\(4 workers, [^)]*\\): first step ([0-9.]+) s",
-      std::chrono::seconds(1),
-      [](const std::smatch& m) { return m.str().find("start") == std::string::npos; });
-  std::cout << "after the loss: " << (rescale.empty() ? "?" : rescale.str()) << std::endl;
-  // The head's own clock: when each joiner registered, and when the view with
-  // all four was published.
-  static const std::regex head_line(
-      "I (\\d+\\.\\d+) \\d+ head\\] (member \\d+ \\([^)]*\\) joined|published view of 4 "
-      "members)");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), head_line);
-       it != std::sregex_iterator(); ++it)
-    std::cout << (*it)[1] << " " << (*it)[2] << std::endl;
-  EXPECT_NE(output.find("done: 3 epochs"), std::string::npos) << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  const std::vector<Sync> four = SyncsAtWorld(events, 4);
+  ASSERT_GE(four.size(), 2u) << events.Text();
+  EXPECT_TRUE(SyncsAtWorld(events, 2).empty()) << events.Text();
+  EXPECT_TRUE(SyncsAtWorld(events, 1).empty()) << events.Text();
+  EXPECT_TRUE(SyncsAtWorld(events, 3).empty()) << events.Text();
+  EXPECT_GT(four[1].step, 0) << events.Text();
+  EXPECT_TRUE(
+      Has(events, "generation", [](const JobEvent& e) { return e["source"] == "controller_copy"; }))
+      << "no generation restores the controller's copy\n"
+      << events.Text();
+  // How long the world of four took to train after the loss, and when (the
+  // driver's clock) each joiner said hello and the generation of four started.
+  for (const JobEvent& e : events.Of("first_step"))
+    if (e["generation"] != 1 && e["world"] == 4) std::cout << "after the loss: " << e << std::endl;
+  for (const JobEvent& e : events.all()) {
+    if (e["event"] == "join" || (e["event"] == "generation" && e["generation"] != 1))
+      std::cout << e << std::endl;
+  }
+  ExpectDone(events, 3);
+  ExpectOneChecksumPerGeneration(events);
   CheckSamples(dir, 3);
   EXPECT_EQ(first->Wait(std::chrono::seconds(60)), 0) << WithoutProgress(first->Output());
   EXPECT_EQ(second->Wait(std::chrono::seconds(60)), 0) << WithoutProgress(second->Output());

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <string>
@@ -25,8 +26,9 @@
 #include "gtest/gtest.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
-#include "trainer/elastic/copy_store.h"
-#include "trainer/elastic/journal.h"
+#include "tests/job_events.h"
+#include "trainer/elastic/controller/copy_store.h"
+#include "trainer/elastic/controller/journal.h"
 
 namespace elastic::tests {
 namespace {
@@ -52,7 +54,8 @@ std::vector<std::string> ControllerArgs(const std::string& dir) {
 
 // The step of the copy the controller said it continues from when every
 // worker was gone ("... continues from the controller's copy (epoch E
-// position P step S)"); -1 if it never said so.
+// position P step S)"); -1 if it never said so. (The event log has no event
+// for every worker being gone, nor of where the job would continue from.)
 int64_t CopyStepWhenEveryWorkerWasGone(const std::string& output) {
   std::smatch m;
   if (!std::regex_search(output, m,
@@ -60,6 +63,14 @@ int64_t CopyStepWhenEveryWorkerWasGone(const std::string& output) {
                                     "copy \\(epoch \\d+ position \\d+ step (\\d+)\\)")))
     return -1;
   return std::stoll(m[1]);
+}
+
+// Whether the log has an event named `name` that satisfies `accept`.
+bool Has(const std::vector<JobEvent>& events, const std::string& name,
+         const std::function<bool(const JobEvent&)>& accept) {
+  for (const JobEvent& e : events)
+    if (e["event"] == name && accept(e)) return true;
+  return false;
 }
 
 // Kills `node`'s agent and every worker it started at once, as when its
@@ -80,26 +91,45 @@ void RestartJoinAndFinish(const std::string& dir, const std::string& port, int64
   std::vector<std::string> args = ControllerArgs(dir);
   args.push_back("--port=" + port);
   Process second(args, dir + "/driver2.log");
-  ASSERT_FALSE(second.WaitFor("driver: taking over job ", std::chrono::seconds(60)).empty())
-      << WithoutProgress(second.Output());
+  // The second driver appends to the first one's log (the journal names its run directory).
+  ASSERT_FALSE(WaitForEvent(RunDir(dir), std::chrono::seconds(60),
+                            [](const JobEvent& e) {
+                              return e["event"] == "start" && e["taken_over"] == true;
+                            })
+                   .is_null())
+      << WithoutProgress(second.Output()) << JobEvents::Read(RunDir(dir)).Text();
   const std::unique_ptr<Process> joiner = JoinNode(port, 1, dir + "/token", dir + "/join2.log");
   ASSERT_EQ(second.Wait(std::chrono::seconds(400)), 0)
       << WithoutProgress(before) << WithoutProgress(second.Output())
       << WithoutProgress(joiner->Output());
   EXPECT_EQ(joiner->Wait(std::chrono::seconds(60)), 0) << WithoutProgress(joiner->Output());
   const std::string after = second.Output();
-  const std::string all = before + after + joiner->Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
+  // The log is the job's: the first driver's events, then those of the one that took over.
+  const std::vector<JobEvents> drivers = events.ByStart();
+  ASSERT_EQ(drivers.size(), 2u) << events.Text();
+  const JobEvents& first = drivers.front();
+  const JobEvents& taken_over = drivers.back();
+  EXPECT_EQ(taken_over.all().front()["taken_over"], true) << events.Text();
+  // The copy on disk is back: the events say so only in that a generation restores it.
   EXPECT_NE(after.find("driver: the controller's copy of epoch"), std::string::npos)
       << WithoutProgress(after);
-  EXPECT_NE(after.find("restores the controller's copy"), std::string::npos)
-      << WithoutProgress(after);
+  EXPECT_TRUE(Has(taken_over.all(), "generation",
+                  [](const JobEvent& e) { return e["source"] == "controller_copy"; }))
+      << "no generation after the take-over restores the controller's copy\n"
+      << events.Text();
   EXPECT_EQ(after.find("job's progress is lost"), std::string::npos) << WithoutProgress(after);
-  EXPECT_GE(StepRestoredAfter(joiner->Output(), 0), copy_step)
+  int last_generation = 0;  // of the first driver
+  for (const JobEvent& e : first.all())
+    if (e.contains("generation"))
+      last_generation = std::max(last_generation, e["generation"].get<int>());
+  EXPECT_GE(StepRestoredAfter(events, last_generation), copy_step)
       << "the first generation after the restart restores at least the last copy\n"
-      << WithoutProgress(all);
-  EXPECT_NE(after.find("done: " + std::to_string(kEpochs) + " epochs"), std::string::npos)
-      << WithoutProgress(all);
-  ExpectOneChecksumPerGeneration(all);
+      << events.Text();
+  EXPECT_TRUE(Has(taken_over.all(), "done", [](const JobEvent& e) {
+    return e["epochs"] == kEpochs;
+  })) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   CheckSamples(dir, kEpochs);
 }
 
@@ -124,12 +154,21 @@ JobInEpochTwo StartJob(const std::string& dir) {
 }
 
 // Once the controller says every worker is gone, kills it; returns the step
-// of the copy it said it would continue from (-1 if it never said so).
-int64_t KillTheControllerOnceEveryWorkerIsGone(Process& controller) {
+// of the copy it said it would continue from (-1 if it never said so), which
+// is the last copy the log has it write to --state-dir.
+int64_t KillTheControllerOnceEveryWorkerIsGone(Process& controller, const std::string& dir) {
   if (controller.WaitFor("every worker is gone", std::chrono::seconds(60)).empty()) return -1;
   const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(controller.Output());
   ::kill(controller.pid(), SIGKILL);
   controller.Wait(std::chrono::seconds(30));
+  const JobEvents events = JobEvents::Read(RunDir(dir));
+  const JobEvent copy = events.Last("controller_copy");
+  EXPECT_FALSE(copy.is_null()) << events.Text();
+  if (copy.is_null()) return -1;
+  EXPECT_EQ(copy["point"]["step"], copy_step) << events.Text();
+  EXPECT_EQ(copy["file"].get<std::string>().rfind(dir + "/state/", 0), 0u)
+      << "the copy is in --state-dir\n"
+      << events.Text();
   return copy_step;
 }
 
@@ -141,7 +180,7 @@ TEST(ControllerStateTest, EveryWorkerKilledThenTheControllerThenAJoinContinuesFr
   JobInEpochTwo job = StartJob(dir);
   ASSERT_FALSE(job.port.empty()) << job.controller->Output();
   for (pid_t worker : WorkersStartedBy(job.node->Output())) ::kill(worker, SIGKILL);
-  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
+  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller, dir);
   const std::string before = job.controller->Output() + job.node->Output();
   EXPECT_GE(copy_step, 48 + 8) << WithoutProgress(before);  // epoch 1 is 48 steps at world 2
   RestartJoinAndFinish(dir, job.port, copy_step, before);
@@ -157,12 +196,14 @@ TEST(ControllerStateTest, AResetThenTheNodeLostThenTheControllerRestartedLosesNo
   const std::vector<pid_t> workers = WorkersStartedBy(job.node->Output());
   ASSERT_EQ(workers.size(), 2u) << job.node->Output();
   ASSERT_GE(ResetConnectionsOf(workers[1]), 2) << "connections of worker pid " << workers[1];
-  ASSERT_FALSE(
-      job.controller->WaitFor("driver: generation \\d+: 1 workers", std::chrono::seconds(60))
-          .empty())
-      << job.controller->Output();
+  ASSERT_FALSE(WaitForEvent(RunDir(dir), std::chrono::seconds(60),
+                            [](const JobEvent& e) {
+                              return e["event"] == "view" && e["members"].size() == 1;
+                            })
+                   .is_null())
+      << job.controller->Output() << JobEvents::Read(RunDir(dir)).Text();
   KillNode(*job.node);
-  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller);
+  const int64_t copy_step = KillTheControllerOnceEveryWorkerIsGone(*job.controller, dir);
   const std::string before = job.controller->Output() + job.node->Output();
   EXPECT_GE(copy_step, 48 + 8) << WithoutProgress(before);
   RestartJoinAndFinish(dir, job.port, copy_step, before);
@@ -210,8 +251,17 @@ TEST(ControllerStateTest, AFullStateDirIsAWarningAndTheJournalNamesOnlyAComplete
             1)
       << "said once\n"
       << WithoutProgress(output);
-  EXPECT_NE(output.find("epoch 2/2 world 2"), std::string::npos) << WithoutProgress(output);
-  ExpectOneChecksumPerGeneration(output);
+  const JobEvents events = JobEvents::Read(RunDir(dir));
+  EXPECT_TRUE(
+      Has(events.all(), "epoch",
+          [](const JobEvent& e) { return e["epoch"] == 2 && e["epochs"] == 2 && e["world"] == 2; }))
+      << "no epoch 2/2 at world 2\n"
+      << events.Text();
+  // Only the first copy was written to --state-dir.
+  const std::vector<JobEvent> copies = events.Of("controller_copy");
+  ASSERT_EQ(copies.size(), 1u) << events.Text();
+  EXPECT_EQ(copies[0]["point"]["step"], 8) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
   CheckSamples(dir, 2);
 
   const std::optional<JournalRecord> journal = ReadJournal(state);

@@ -2,12 +2,16 @@
 // loopback server answering as GCE's or AWS's metadata server does. When the
 // notice appears, the node drains its worker, which leaves at the epoch
 // boundary; the job goes on with the others and finishes.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
 #include "trainer/elastic/testing/fake_metadata_server.h"
 
@@ -15,7 +19,11 @@ namespace {
 
 using elastic::tests::ExpectOneChecksumPerGeneration;
 using elastic::tests::FreshTempDir;
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
+using elastic::tests::WaitForEvent;
+using elastic::tests::WorkersStartedBy;
 using elastic::trainer::testing::FakeMetadataServer;
 
 constexpr char kBinary[] = "trainer/cifar";
@@ -24,11 +32,12 @@ void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string&
                              const std::string& notice) {
   FakeMetadataServer metadata(cloud);
   const std::string dir = FreshTempDir("preempt-" + kind);
-  Process driver(
-      {kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist", "--train-samples=2048",
-       "--test-samples=500", "--epochs=6", "--batch-size=32", "--lr=0.05", "--warmup-epochs=0",
-       "--seed=1", "--loader-threads=1", "--commit-every=8", "--token-file=" + dir + "/token"},
-      dir + "/driver.log");
+  const std::string run_dir = dir + "/run";
+  Process driver({kBinary, "--workers=2", "--model=resnet8", "--dataset=fashion-mnist",
+                  "--train-samples=2048", "--test-samples=500", "--epochs=6", "--batch-size=32",
+                  "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1",
+                  "--commit-every=8", "--token-file=" + dir + "/token", "--run-dir=" + run_dir},
+                 dir + "/driver.log");
   const std::smatch port =
       driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
   ASSERT_FALSE(port.empty()) << driver.Output();
@@ -36,24 +45,45 @@ void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string&
       {kBinary, "--join=127.0.0.1:" + port[1].str(), "--workers=1",
        "--token-file=" + dir + "/token", "--preemption-notice=" + kind + ":" + metadata.url()},
       dir + "/join.log");
-  ASSERT_FALSE(
-      driver.WaitFor("driver: generation \\d+: 3 workers", std::chrono::seconds(240)).empty())
-      << driver.Output() << node.Output();
+  const JobEvent view_of_three = WaitForEvent(
+      run_dir, std::chrono::seconds(240),
+      [](const JobEvent& e) { return e["event"] == "view" && e["members"].size() == 3; });
+  ASSERT_FALSE(view_of_three.is_null())
+      << driver.Output() << node.Output() << JobEvents::Read(run_dir).Text();
   EXPECT_GT(metadata.queries(), 0) << node.Output();
   metadata.Notify();
   EXPECT_EQ(node.Wait(std::chrono::seconds(240)), 0) << node.Output();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(240)), 0) << driver.Output();
-  const std::string job = driver.Output();
-  const std::string output = job + node.Output();
+  const std::string output = driver.Output() + node.Output();
+  const JobEvents events = JobEvents::Read(run_dir);
+  // What the node's agent said: the event log is the driver's.
   EXPECT_NE(output.find("join: watching " + kind + " (" + metadata.url() + ")"), std::string::npos)
       << output;
   EXPECT_NE(output.find("join: preemption notice (" + notice), std::string::npos) << output;
-  // The node's worker left at a boundary and the others went on.
-  const size_t leaving = job.find("is leaving (preemption notice)");
-  ASSERT_NE(leaving, std::string::npos) << output;
-  EXPECT_NE(job.find("epoch 6/6 world 2", leaving), std::string::npos) << output;
-  EXPECT_NE(job.find("done: 6 epochs"), std::string::npos) << output;
-  ExpectOneChecksumPerGeneration(output);
+  // The node's worker (the member whose process its agent started) drained,
+  // left at a boundary, and the others went on.
+  const std::vector<pid_t> started = WorkersStartedBy(node.Output());
+  ASSERT_EQ(started.size(), 1u) << node.Output();
+  JobEvent joiner;  // its member id
+  for (const JobEvent& p : events.Of("params"))
+    if (p["pid"] == started[0]) joiner = p["member"];
+  ASSERT_FALSE(joiner.is_null()) << "pid " << started[0] << " never synced\n" << events.Text();
+  const std::vector<JobEvent>& all = events.all();
+  auto draining = std::find_if(all.begin(), all.end(),
+                               [](const JobEvent& e) { return e["event"] == "draining"; });
+  ASSERT_NE(draining, all.end()) << events.Text();
+  EXPECT_EQ((*draining)["member"], joiner) << events.Text();
+  EXPECT_TRUE(std::any_of(draining, all.end(),
+                          [](const JobEvent& e) {
+                            return e["event"] == "epoch" && e["epoch"] == 6 && e["epochs"] == 6 &&
+                                   e["world"] == 2;
+                          }))
+      << "no epoch 6/6 at world 2 after the draining\n"
+      << events.Text();
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const JobEvent& e) {
+    return e["event"] == "done" && e["epochs"] == 6;
+  })) << events.Text();
+  ExpectOneChecksumPerGeneration(events);
 }
 
 TEST(PreemptionTest, GceNoticeDrainsTheNodesWorkers) {

@@ -45,6 +45,7 @@
 #include "gtest/gtest.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 
 namespace elastic::tests {
 namespace {
@@ -55,6 +56,13 @@ constexpr uint32_t kSuiteSeed = 20261125;
 constexpr int kSuiteEvents = 60;
 constexpr double kEpochsPerEvent = 1.0 / 3;
 constexpr int kMaxLiveWorkers = 4;  // two cores: more would only slow every step
+
+// Now, as the events' "unix_ms" count it.
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 uint32_t Seed() {
   const int flag = GTEST_FLAG_GET(random_seed);
@@ -83,6 +91,9 @@ class SpotJob {
   }
 
   bool started() const { return !port_.empty(); }
+  // Every controller appends to the one log: a restarted one takes the
+  // journal's run directory over, and is given the same --run-dir besides.
+  std::string run_dir() const { return RunDir(dir_); }
   Process& driver() { return *drivers_.back(); }
 
   void Join(int workers) {
@@ -285,12 +296,19 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
       case kRestartController:
         ASSERT_TRUE(job.RestartController()) << WithoutProgress(job.Output());
         break;
-      case kKillEveryWorkerAfterARestart:
+      case kKillEveryWorkerAfterARestart: {
+        const int64_t restarted_at_ms = UnixMs();
         ASSERT_TRUE(job.RestartController()) << WithoutProgress(job.Output());
-        ASSERT_FALSE(job.driver().WaitFor("taking over job", std::chrono::seconds(30)).empty())
-            << WithoutProgress(job.Output());
+        ASSERT_FALSE(WaitForEvent(job.run_dir(), std::chrono::seconds(30),
+                                  [restarted_at_ms](const JobEvent& e) {
+                                    return e["event"] == "start" && e["taken_over"] == true &&
+                                           e["unix_ms"] >= restarted_at_ms;
+                                  })
+                         .is_null())
+            << WithoutProgress(job.Output()) << JobEvents::Read(job.run_dir()).Text();
         job.KillEveryWorker();
         break;
+      }
       case kRestartAfterKillingEveryWorker:
         job.KillEveryWorker();
         std::this_thread::sleep_for(std::chrono::milliseconds(random() % 1000));
@@ -317,28 +335,30 @@ TEST(SpotChaosTest, FaultsAloneAndTogetherThenTheJobFinishesWithItsInvariants) {
                                                        << WithoutProgress(job.Output());
   job.WaitForNodes();
   const std::string output = job.Output();
-  EXPECT_NE(driver.Output().find("done: " + std::to_string(epochs) + " epochs"), std::string::npos)
-      << WithoutProgress(driver.Output());
-  EXPECT_EQ(LastPrintedEpoch(output), epochs) << WithoutProgress(output);
+  const JobEvents log = JobEvents::Read(job.run_dir());
+  // The last controller (the log's last part) trained the last step.
+  const JobEvent finished = log.ByStart().back().Last("done");
+  ASSERT_FALSE(finished.is_null()) << "the last controller logged no \"done\"\n" << log.Text();
+  EXPECT_EQ(finished["epochs"], epochs) << log.Text();
+  EXPECT_EQ(LastEpoch(log), epochs) << log.Text();
+  // No event says the state was lost: the words do.
   EXPECT_EQ(output.find("job's progress is lost"), std::string::npos) << WithoutProgress(output);
   EXPECT_EQ(output.find("state was lost"), std::string::npos) << WithoutProgress(output);
   // A fresh model only in the job's first generation.
-  const std::regex params(
-      "params generation=(\\d+) rank=\\d+ world=\\d+ checksum=[0-9a-f]+ "
-      "epoch=\\d+ position=\\d+ step=(\\d+)");
-  int first_generation = -1;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), params);
-       it != std::sregex_iterator(); ++it) {
-    const int generation = std::stoi((*it)[1]);
+  const std::vector<JobEvent> synced = log.Of("params");
+  ASSERT_FALSE(synced.empty()) << log.Text();
+  int64_t first_generation = -1;
+  for (const JobEvent& p : synced) {
+    const int64_t generation = p["generation"].get<int64_t>();
     if (first_generation < 0 || generation < first_generation) first_generation = generation;
   }
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), params);
-       it != std::sregex_iterator(); ++it) {
-    if (std::stoi((*it)[1]) != first_generation) {
-      EXPECT_NE((*it)[2], "0") << "generation " << (*it)[1] << " started from a fresh model";
+  for (const JobEvent& p : synced) {
+    if (p["generation"] != first_generation) {
+      EXPECT_NE(p["point"]["step"], 0)
+          << "generation " << p["generation"] << " started from a fresh model: " << p.dump();
     }
   }
-  ExpectOneChecksumPerGeneration(output);
+  ExpectOneChecksumPerGeneration(log);
   CheckSamples(dir, epochs);
 }
 

@@ -25,6 +25,7 @@
 #include "testing/required_input.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace elastic::tests {
@@ -84,21 +85,31 @@ TEST(SpotTraceTest, TheFirstHourOfTheP3TraceKeepsTheJobsInvariants) {
   const nlohmann::json& ours = result.at("ours");
   const std::string driver = ReadFile(logs + "/ours/driver.log");
   const std::string output = KeptLogs(logs + "/ours");
+  const JobEvents events = JobEvents::Read(logs + "/ours/run");  // the bench's --run-dir
   // The replay did what the trace says: the first hour starts 3 agents, adds
   // a fourth, then removes two.
   EXPECT_GE(ours.at("adds").get<int>(), 4) << ours.dump();
   EXPECT_GE(ours.at("removes").get<int>(), 2) << ours.dump();
   EXPECT_GE(ours.at("joins_admitted").get<int>(), 1) << ours.dump();
   EXPECT_GE(ours.at("kills_while_training").get<int>(), 1) << ours.dump();
-  // Stopped by the operator's SIGTERM at an epoch boundary, with a checkpoint.
+  // Stopped by the operator's SIGTERM at an epoch boundary, with a checkpoint
+  // of the last commit.
   EXPECT_EQ(ours.at("driver_exit"), 3) << WithoutProgress(driver);
-  EXPECT_NE(driver.find("driver: checkpoint of the last commit"), std::string::npos)
-      << WithoutProgress(driver);
+  const JobEvent end = events.Last("end");
+  ASSERT_FALSE(end.is_null()) << events.Text();
+  EXPECT_EQ(end["outcome"], "stopped") << events.Text();
+  const JobEvent checkpoint = events.Last("checkpoint");
+  const JobEvent commit = events.Last("commit");
+  ASSERT_FALSE(checkpoint.is_null()) << events.Text();
+  ASSERT_FALSE(commit.is_null()) << events.Text();
+  EXPECT_EQ(checkpoint["point"], commit["point"]) << "the checkpoint is of the last commit\n"
+                                                  << events.Text();
+  // No event says the state was lost: the words do.
   EXPECT_EQ(output.find("state was lost"), std::string::npos) << WithoutProgress(output);
 
-  ExpectOneChecksumPerGeneration(output);
-  const int epochs = LastPrintedEpoch(driver);
-  ASSERT_GE(epochs, 1) << WithoutProgress(driver);
+  ExpectOneChecksumPerGeneration(events);
+  const int epochs = LastEpoch(events);
+  ASSERT_GE(epochs, 1) << events.Text();
   ExpectEverySampleOnce(logs + "/ours/samples", TrainSamples(CifarDir()), epochs);
 }
 

@@ -6,7 +6,7 @@
 // rendezvous whose member died after publishing its address): each leaves
 // within the job's heartbeat timeout (3 s) of learning that a newer
 // generation exists. Read from every worker's own event log (WorkerEvent in
-// trainer/elastic/control.capnp, written under --log-samples), not its text.
+// trainer/elastic/protocol/control.capnp, written under --log-samples), not its text.
 // The job must finish with every sample once per epoch and one checksum per
 // generation.
 #include <signal.h>
@@ -25,8 +25,9 @@
 #include "gtest/gtest.h"
 #include "tests/elastic_job.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
-#include "trainer/elastic/worker_events.h"
+#include "trainer/elastic/worker/worker_events.h"
 
 namespace elastic::tests {
 namespace {
@@ -139,7 +140,7 @@ TEST(StuckCollectiveTest, KillsInQuickSuccessionLeaveNoWorkerInASupersededGenera
   std::printf(
       "%d superseded generations left, the longest stay %lld ms after a newer one existed\n",
       superseded, static_cast<long long>(longest));
-  ExpectOneChecksumPerGeneration(output);
+  ExpectOneChecksumPerGeneration(JobEvents::Read(RunDir(dir)));
   CheckSamples(dir, kEpochs);
 }
 
