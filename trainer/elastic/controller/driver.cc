@@ -183,6 +183,8 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
 
   // The exit status, once the job is over.
   std::future<int> Finished() { return finished_.get_future(); }
+  // Why the job is over, once Finished() is ready.
+  const std::string& finish_reason() const { return finish_reason_; }
   bool started() const { return machine_.started(); }
 
  private:
@@ -248,6 +250,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   const Clock::time_point start_;
   JobController machine_;
   std::promise<int> finished_;
+  std::string finish_reason_;  // set before finished_ is
   bool finish_sent_ = false;
 
   std::string copy_;                       // rank 0's last state copy (proto::CommitReport.state)
@@ -681,7 +684,7 @@ void ControllerActor::Carry(const action::WriteCopy& write) {
 void ControllerActor::Carry(const action::Finish& finish) {
   if (finish_sent_) return;
   finish_sent_ = true;
-  events_.Append(run_event::End{finish.exit_code, finish.reason});
+  finish_reason_ = finish.reason;
   WriteJournalNow(finish.exit_code);
   finished_.set_value(finish.exit_code);
 }
@@ -1064,10 +1067,17 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
       agent ? WatchForPreemption(elastic, *agent, "driver") : nullptr;
 
   const int code = WaitForTheJob(finished, session);
+  // The controller's words when it decided; a lost session ended it otherwise
+  // (finish_reason_ is written before the promise, so only then is it read).
+  const std::string end_reason =
+      finished.valid() ? std::string("the job controller lost its session with the head")
+                       : controller->finish_reason();
   // The members of a stop generation sync and rank 0 writes the checkpoint;
   // then everyone, pending joiners included, learns the job is over and leaves.
   WaitForEveryoneToLeave(head, std::chrono::seconds(code == kExitStopped ? 120 : 15));
   ticker.reset();
+  // Last: after the stop generation's checkpoint and everyone's leave.
+  events.Append(run_event::End{code, end_reason});
   if (code == kExitStopped && !train.checkpoint_dir.empty() && controller->started())
     Say("driver: checkpoint of the last commit: " + train.checkpoint_dir +
         " (continue with --resume)");
