@@ -5,8 +5,12 @@
 //   --join HOST:PORT --workers K ...     RunJoin: a node agent adding K workers
 //   --role=worker                        RunWorker: one worker (started by an agent)
 //
+// controller/driver.cc defines RunDriver and RunJoin, worker/worker.cc
+// RunWorker, and elastic.cc RunElastic; this header is all that the roles'
+// packages and a program's main share.
+//
 // The driver hands the job's settings to every worker through the
-// controller's typed job spec (job_spec.h), so that all workers of a job,
+// controller's typed job spec (protocol/job_spec.h), so that all workers of a job,
 // wherever they were started, train with the same settings.
 // Workers are this same binary (/proc/self/exe --role=worker), so the same
 // JobProgram builds the same Task in every one of them.

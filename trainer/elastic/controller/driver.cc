@@ -1,5 +1,5 @@
 // The driver of an elastic job (head + local node agent + the control loop
-// that decides generations), the --join node agent, and the dispatch.
+// that decides generations) and the --join node agent: RunDriver and RunJoin.
 //
 // The driver alone publishes membership views (the head admits no joins by
 // itself). Failures need no decision: the head drops a dead member from the
