@@ -50,10 +50,10 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
-#include "trainer/sampler.h"
 #include "trainer/flags.h"
 #include "trainer/learner.h"
 #include "trainer/precision.h"
+#include "trainer/sampler.h"
 
 namespace {
 

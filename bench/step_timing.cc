@@ -10,8 +10,8 @@
 
 #include "trainer/data/loader.h"
 #include "trainer/device.h"
-#include "trainer/sampler.h"
 #include "trainer/learner.h"
+#include "trainer/sampler.h"
 
 namespace elastic::bench {
 

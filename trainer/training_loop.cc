@@ -9,10 +9,10 @@
 #include <stdexcept>
 
 #include "collectives/tensor_ops.h"
+#include "trainer/accumulation.h"
 #include "trainer/batch_norm_statistics.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checksum.h"
-#include "trainer/accumulation.h"
 #include "trainer/evaluate.h"
 #include "trainer/model_export.h"
 

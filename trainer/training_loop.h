@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data/loader.h"
 #include "trainer/commit_state.h"
+#include "trainer/data/loader.h"
 #include "trainer/epoch_plan.h"
-#include "trainer/sampler.h"
 #include "trainer/learner.h"
 #include "trainer/objective.h"
 #include "trainer/precision.h"
+#include "trainer/sampler.h"
 #include "trainer/state_trace.h"
 #include "trainer/task.h"
 #include "trainer/world.h"
