@@ -470,6 +470,12 @@ TEST(JobControllerTest, BelowMinWorkersWaitsThenStopsWithACheckpoint) {
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1}));
   EXPECT_NE(job.LastStart()->stop.find("--rendezvous-timeout"), std::string::npos);
   EXPECT_EQ(job.ExitCode(), kExitStopped);
+  // The reason the event log's end carries: the controller's words, without
+  // the printed line's "driver: error:" prefix.
+  const auto finishes = Only<action::Finish>(job.all());
+  ASSERT_EQ(finishes.size(), 1u);
+  EXPECT_EQ(finishes[0].reason,
+            "only 1 workers for 5 s (--rendezvous-timeout), below --min-workers=2");
 }
 
 TEST(JobControllerTest, BelowMinWorkersAJoinRestartsTraining) {
