@@ -223,7 +223,11 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void Carry(const action::StartGeneration& start);
   void Carry(const action::RequestStop& request);
   void Carry(const action::TellOver& over);
-  void Carry(const action::Say& say) { Say(say.text); }
+  // Printed as before the notices were typed; the facts among them logged too.
+  void Carry(const action::Notify& notify) {
+    Say(RenderNotice(notify.notice));
+    if (const std::optional<RunEvent> event = EventOfNotice(notify.notice)) events_.Append(*event);
+  }
   void Carry(const action::WriteCopy& write);
   void Carry(const action::Journal&) { WriteJournalNow(kNotFinished); }
   void Carry(const action::Finish& finish);

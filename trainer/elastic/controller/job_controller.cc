@@ -10,12 +10,6 @@ bool Contains(const std::vector<uint64_t>& ids, uint64_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-std::string Seconds(int64_t ms) { return std::to_string(ms / 1000) + " s"; }
-
-std::string SecondsTenths(int64_t ms) {
-  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
-}
-
 }  // namespace
 
 JobController::JobController(ControllerConfig config, int64_t now_ms)
@@ -105,8 +99,7 @@ void JobController::OnGone(const event::Gone& e) {
   // cost a rollback each time: stop admitting it for a while.
   failures_by_node_[node] = 0;
   blacklisted_until_[node] = now_ + config_.blacklist_ms;
-  Say("driver: node " + std::to_string(node) + " blacklisted for " + Seconds(config_.blacklist_ms) +
-      " after " + std::to_string(failures) + " worker failures; its workers are not admitted");
+  Notify(notice::NodeBlacklisted{node, config_.blacklist_ms, failures});
 }
 
 void JobController::OnViewChanged(const event::ViewChanged& e) {
@@ -125,29 +118,17 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   if (view_.empty()) {
     if (!stopping_.empty()) return Finish(kExitStopped);
     if (!started_) return;
-    if (!StateAvailable()) return StateLostUnlessStalled("every worker was lost");
-    const StateSource source = SourceFor({});
-    Say("driver: every worker is gone; the job waits up to --rendezvous-timeout for a worker to "
-        "join and continues from " +
-        std::string(ToString(source.kind)) + " (" + ToString(source.point) + ")");
-    return;
+    if (!StateAvailable()) return StateLostUnlessStalled(StateLoss::kEveryWorkerLost);
+    return Notify(notice::EveryWorkerGone{SourceFor({})});
   }
   if (static_cast<int64_t>(view_.size()) < config_.min_workers && stopping_.empty()) return;
   largest_world_ = std::max(largest_world_, view_.size());
   const StateSource source = SourceFor(view_);
   if (started_ && source.kind == SourceKind::kFresh && !NothingCommittedYet())
-    return StateLost("every holder of the state was lost");
-  if (started_ && newest_ && source.point < *newest_) {
-    Say("driver: warning: generation " + std::to_string(generation_) + " restores " +
-        ToString(source.point) + " from " + ToString(source.kind) + "; the newer commit (" +
-        ToString(*newest_) + ") was held only by workers that are gone: " +
-        std::to_string(newest_->step - source.point.step) + " steps are trained again");
-  }
-  if (started_ && source.kind == SourceKind::kFresh) {
-    Say("driver: warning: generation " + std::to_string(generation_) +
-        " starts again from the seeded model: every worker was lost before the job's first "
-        "commit, so the steps since the start are trained again");
-  }
+    return StateLost(StateLoss::kEveryHolderLost);
+  if (started_ && newest_ && source.point < *newest_)
+    Notify(notice::RestoresOlder{generation_, source, *newest_});
+  if (started_ && source.kind == SourceKind::kFresh) Notify(notice::StartsFromSeed{generation_});
   const bool send_copy =
       source.kind == SourceKind::kMember && stopping_.empty() && (!copy_ || *copy_ < source.point);
   out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason, send_copy});
@@ -159,8 +140,7 @@ void JobController::OnDraining(const event::Draining& e) {
   if (it == members_.end() || it->second.draining) return;
   it->second.draining = true;
   it->second.draining_since_ms = now_;
-  Say("driver: worker " + std::to_string(e.member) + " is leaving (preemption notice); it leaves " +
-      (config_.admit_at_commit ? "at the next commit" : "at the next epoch boundary"));
+  Notify(notice::WorkerLeaving{e.member, config_.admit_at_commit});
 }
 
 void JobController::OnCommit(const event::Commit& e) {
@@ -195,12 +175,10 @@ void JobController::EveryoneLeft() {
   // with the controller's copy of the stop commit the job outlives them all
   // and waits for new workers, as after a mass loss.
   if (copy_ && newest_ && !(*copy_ < *newest_)) {
-    Say("driver: every worker is leaving; the controller's copy keeps their last commit (" +
-        ToString(*copy_) + ")");
+    Notify(notice::EveryoneLeavingWithCopy{*copy_});
     return Publish({}, "every worker left");
   }
-  Say("driver: every worker is leaving and the controller keeps no copy of their last commit "
-      "(--state-copy-every=0); stopping with a checkpoint");
+  Notify(notice::EveryoneLeavingWithoutCopy{});
   StopWithCheckpoint({view_.front()}, "every worker left");
 }
 
@@ -260,31 +238,25 @@ void JobController::OnCheckpointWritten(const event::CheckpointWritten& e) {
 void JobController::OnFault(const event::Fault& e) {
   if (e.generation != generation_ || !faulted_.insert(e.generation).second) return;
   if (e.state_unavailable) {
-    Say("driver: rank 0 of generation " + std::to_string(e.generation) +
-        " could not load its state: " + e.reason);
+    Notify(notice::StateUnavailable{e.generation, e.reason});
     // That source is gone: the next generation takes the next best one.
     const StateSource used = SourceFor(view_);
     if (used.kind == SourceKind::kCheckpoint) checkpoint_.reset();
     if (used.kind == SourceKind::kControllerCopy) copy_.reset();
     if (used.kind == SourceKind::kResume) {
-      Say("driver: error: --resume cannot continue without its checkpoint; stopping");
+      Notify(notice::ResumeUnreadable{});
       over_reason_ = "the checkpoint of --resume could not be read";
       return Finish(kExitError);
     }
   }
   if (!faulting_since_) faulting_since_ = now_;
   if (now_ - *faulting_since_ > config_.fault_give_up_ms) {
-    Say("driver: error: the workers' collectives kept failing for " +
-        Seconds(now_ - *faulting_since_) + " without a commit (last: worker " +
-        std::to_string(e.member) + ": " + e.reason +
-        "); stopping. Can the workers' machines reach each other? (docs/operations.md)");
+    Notify(notice::CollectivesKeptFailing{now_ - *faulting_since_, e.member, e.reason});
     over_reason_ = "the workers could not complete a collective";
     return Finish(kExitStopped);
   }
-  if (started_ && !StateAvailable())
-    return StateLostUnlessStalled("the last source of the state failed");
-  Say("driver: worker " + std::to_string(e.member) + " reported a fault in generation " +
-      std::to_string(e.generation) + " (" + e.reason + "); re-forming the generation");
+  if (started_ && !StateAvailable()) return StateLostUnlessStalled(StateLoss::kLastSourceFailed);
+  Notify(notice::FaultReported{e.member, e.generation, e.reason});
   Publish(view_, "re-formed after a fault on worker " + std::to_string(e.member));
 }
 
@@ -301,17 +273,15 @@ void JobController::OnStopSignal(const event::StopSignal& e) {
   stop_signals_ = e.count;
   stopped_by_ = "stopped by " + e.name + " to the driver";
   if (e.count == 1) {
-    Say("driver: " + e.name +
-        ": stopping the job at the next epoch boundary with a checkpoint (again: at the next "
-        "commit; a third time: at once, losing the work since the last commit)");
+    Notify(notice::StopAtEpochBoundary{e.name});
   } else {
-    Say("driver: " + e.name + " again: stopping at the next commit (--commit-every)");
+    Notify(notice::StopAtNextCommit{e.name});
   }
 }
 
 void JobController::Start() {
   if (stop_signals_ > 0) {
-    Say("driver: stopped before training started; nothing to checkpoint");
+    Notify(notice::StoppedBeforeTraining{});
     over_reason_ = "the driver was stopped before training started";
     return Finish(kExitError);
   }
@@ -322,8 +292,7 @@ void JobController::Start() {
   // Workers that die while loading (no data set, bad flags) register
   // nothing: say so now rather than after the timeout.
   if (exited_ >= config_.initial_workers && ready < config_.min_workers) {
-    Say("driver: error: all " + std::to_string(config_.initial_workers) +
-        " workers exited before joining the job; their errors are above");
+    Notify(notice::WorkersExitedBeforeJoining{config_.initial_workers});
     over_reason_ = "the job could not start";
     return Finish(kExitError);
   }
@@ -331,9 +300,7 @@ void JobController::Start() {
     phase_ = Phase::kRunning;
     Publish(joining, "start");
   } else if (timed_out) {
-    Say("driver: error: only " + std::to_string(ready) + " of " +
-        std::to_string(config_.initial_workers) + " workers registered within " +
-        Seconds(config_.start_timeout_ms));
+    Notify(notice::StartTimedOut{ready, config_.initial_workers, config_.start_timeout_ms});
     over_reason_ = "the job could not start";
     Finish(kExitError);
   }
@@ -360,30 +327,23 @@ void JobController::Recover() {
   const bool enough = static_cast<int64_t>(back.size()) >= config_.min_workers;
   if (!(newest_reachable && back.size() >= wanted) && !(waited >= recovery_wait_ms_ && enough)) {
     if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {
-      const std::string message =
-          "only " + std::to_string(back.size()) +
-          " workers came back after the controller restarted, below --min-workers=" +
-          std::to_string(config_.min_workers);
-      Say("driver: error: " + message + "; stopping");
+      const notice::TooFewCameBack too_few{static_cast<int64_t>(back.size()), config_.min_workers};
+      Notify(too_few);
       phase_ = Phase::kRunning;
       SortNewestFirst(back);
-      return StopWithCheckpoint(back, message);
+      return StopWithCheckpoint(back, StopReason(too_few));
     }
     return;
   }
   if (!newest_reachable && !waited_said_) {
     waited_said_ = true;
-    Say("driver: no worker holding the newest commit (" + ToString(*newest_) +
-        ") came back within " + Seconds(recovery_wait_ms_) +
-        "; going on from the newest source left");
+    Notify(notice::NewestNotBack{*newest_, recovery_wait_ms_});
   }
   SortNewestFirst(back);
   if (config_.max_workers > 0 && static_cast<int64_t>(back.size()) > config_.max_workers)
     back.resize(static_cast<size_t>(config_.max_workers));
   phase_ = Phase::kRunning;
-  Say("driver: " + std::to_string(back.size()) +
-      " workers came back after the controller "
-      "restarted");
+  Notify(notice::WorkersCameBack{static_cast<int64_t>(back.size())});
   Publish(back, "the controller restarted");
 }
 
@@ -391,8 +351,7 @@ void JobController::Run() {
   if (!stopping_.empty()) return;
   if (lost_in_stall_at_ && StateAvailable()) lost_in_stall_at_.reset();
   if (lost_in_stall_at_ && now_ - *lost_in_stall_at_ >= config_.stall_grace_ms) {
-    return StateLost("every worker was lost while this process stalled, and none came back with " +
-                     std::string("its commit within ") + Seconds(config_.stall_grace_ms));
+    return StateLost(StateLoss::kNoneBackAfterStall);
   }
   if (stop_committed_at_ && now_ - *stop_committed_at_ >= config_.stop_report_wait_ms)
     return StoppedOnRequest();
@@ -420,9 +379,7 @@ void JobController::Run() {
       const std::vector<uint64_t> any = Joinable(staying.size(), true);
       if (static_cast<int64_t>(staying.size() + any.size()) >= config_.min_workers &&
           any.size() > joining.size()) {
-        Say("driver: admitting workers of blacklisted nodes: without them the job has fewer than "
-            "--min-workers=" +
-            std::to_string(config_.min_workers));
+        Notify(notice::AdmittingBlacklisted{config_.min_workers});
         joining = any;
         next = staying;
         next.insert(next.end(), joining.begin(), joining.end());
@@ -431,8 +388,7 @@ void JobController::Run() {
     // Nobody trains: apply any change at once.
     if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
       below_minimum_since_.reset();
-      if (started_ && !StateAvailable())
-        return StateLostUnlessStalled("every holder of the state was lost");
+      if (started_ && !StateAvailable()) return StateLostUnlessStalled(StateLoss::kEveryHolderLost);
       if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
       gathering_since_.reset();
       return Publish(next, std::to_string(joining.size()) + " joined " +
@@ -441,17 +397,14 @@ void JobController::Run() {
     gathering_since_.reset();
     if (!below_minimum_since_) {
       below_minimum_since_ = now_;
-      Say("driver: " + std::to_string(view_.size()) + " workers, below --min-workers=" +
-          std::to_string(config_.min_workers) + "; waiting up to --rendezvous-timeout for joins");
+      Notify(notice::BelowMinimum{static_cast<int64_t>(view_.size()), config_.min_workers});
     }
     if (stop_signals_ > 0) return StopWithCheckpoint(staying, stopped_by_);
     if (now_ - *below_minimum_since_ > config_.rendezvous_timeout_ms) {
-      const std::string message =
-          "only " + std::to_string(staying.size()) + " workers for " +
-          Seconds(config_.rendezvous_timeout_ms) +
-          " (--rendezvous-timeout), below --min-workers=" + std::to_string(config_.min_workers);
-      Say("driver: error: " + message + "; stopping");
-      return StopWithCheckpoint(staying, message);
+      const notice::BelowMinimumTooLong too_long{
+          static_cast<int64_t>(staying.size()), config_.rendezvous_timeout_ms, config_.min_workers};
+      Notify(too_long);
+      return StopWithCheckpoint(staying, StopReason(too_long));
     }
     return;
   }
@@ -495,9 +448,8 @@ bool JobController::JoinWindowOver(size_t ready) {
   if (!gathering_since_) {
     gathering_since_ = now_;
     gathered_ = 0;
-    Say("driver: " + std::to_string(ready) + " workers can train again; waiting for more that " +
-        "join together until none came for " + SecondsTenths(config_.join_window_ms) +
-        " (--join-window; the job trained with up to " + std::to_string(largest_world_) + ")");
+    Notify(notice::JoinWindowOpened{static_cast<int64_t>(ready), config_.join_window_ms,
+                                    static_cast<int64_t>(largest_world_)});
   }
   if (ready > gathered_) {
     gathered_ = ready;
@@ -512,7 +464,7 @@ bool JobController::Blacklisted(uint64_t node) {
   if (it == blacklisted_until_.end()) return false;
   if (now_ < it->second) return true;
   blacklisted_until_.erase(it);
-  Say("driver: node " + std::to_string(node) + " is no longer blacklisted");
+  Notify(notice::NodeForgiven{node});
   return false;
 }
 
@@ -558,25 +510,15 @@ void JobController::StopWithCheckpoint(const std::vector<uint64_t>& members,
       out_.push_back(action::WriteCopy{*copy_});
       checkpoint_ = copy_;
     } else {
-      Say("driver: no worker is left to write a checkpoint from the last commit; " +
-          std::string(checkpoint_ ? "the newest checkpoint (" + ToString(*checkpoint_) +
-                                        ") is in --checkpoint-dir"
-                                  : "there is no checkpoint"));
+      Notify(notice::NoWorkerForCheckpoint{checkpoint_});
     }
     return Finish(kExitStopped);
   }
   Publish(members, "stop: rank 0 writes the checkpoint of the last commit");
 }
 
-void JobController::StateLost(const std::string& what_happened) {
-  std::string text = "driver: error: " + what_happened;
-  if (newest_) text += " at " + ToString(*newest_);
-  text +=
-      ", and no other copy of the job's state exists: no worker holds a commit, the controller "
-      "keeps no copy (--state-copy-every=0 or none sent yet) and no checkpoint was written. The "
-      "job's progress is lost; nothing was overwritten. Start it again (with --resume if "
-      "--checkpoint-dir holds an older checkpoint of this job).";
-  Say(text);
+void JobController::StateLost(StateLoss loss) {
+  Notify(notice::StateLost{loss, newest_, config_.stall_grace_ms});
   over_reason_ = "the job's state was lost";
   Finish(kExitStopped);
 }
@@ -584,21 +526,17 @@ void JobController::StateLost(const std::string& what_happened) {
 void JobController::NoticeStall(bool tick) {
   if (config_.stall_ms > 0 && last_tick_ms_ && now_ - *last_tick_ms_ > config_.stall_ms) {
     stalled_at_ = now_;
-    Say("driver: this process stalled: no tick for " + SecondsTenths(now_ - *last_tick_ms_) +
-        " (stopped or starved of CPU); workers lost now may only have lost the head meanwhile");
+    Notify(notice::StallNoticed{now_ - *last_tick_ms_});
     last_tick_ms_ = now_;  // once per stall, whichever event comes first after it
   }
   if (tick) last_tick_ms_ = now_;
 }
 
-void JobController::StateLostUnlessStalled(const std::string& what_happened) {
+void JobController::StateLostUnlessStalled(StateLoss loss) {
   if (lost_in_stall_at_) return;  // waiting already
-  if (!InStallAftermath()) return StateLost(what_happened);
+  if (!InStallAftermath()) return StateLost(loss);
   lost_in_stall_at_ = now_;
-  Say("driver: " + what_happened + " right after this process stalled; waiting up to " +
-      Seconds(config_.stall_grace_ms) +
-      " (--reconnect-timeout) for the workers to reconnect with their commits (they saw the head "
-      "silent, and may only have lost it)");
+  Notify(notice::WaitingAfterStall{loss, config_.stall_grace_ms});
 }
 
 void JobController::Finish(int exit_code) {
@@ -620,6 +558,6 @@ void JobController::Publish(std::vector<uint64_t> members, const std::string& re
   out_.push_back(action::Publish{std::move(members), reason});
 }
 
-void JobController::Say(const std::string& text) { out_.push_back(action::Say{text}); }
+void JobController::Notify(Notice notice) { out_.push_back(action::Notify{std::move(notice)}); }
 
 }  // namespace elastic::trainer

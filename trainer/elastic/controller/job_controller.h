@@ -28,6 +28,8 @@
 #include <variant>
 #include <vector>
 
+#include "trainer/elastic/controller/notices.h"
+#include "trainer/elastic/controller/overloaded.h"
 #include "trainer/elastic/exit_codes.h"
 #include "trainer/elastic/protocol/state_source.h"
 #include "trainer/state_point.h"
@@ -182,8 +184,10 @@ struct TellOver {  // a member outside every view: the job is over for it
   uint64_t member = 0;
   std::string reason;
 };
-struct Say {
-  std::string text;
+// Tell the user (a line the driver prints, notices.h); the facts among the
+// notices go to the event log too.
+struct Notify {
+  Notice notice;
 };
 // The job stops with no worker left: the controller writes its copy (of
 // `point`, newer than any checkpoint) as the checkpoint.
@@ -199,17 +203,7 @@ struct Finish {     // the job is over: wait for everyone to leave, exit with co
 
 using Action =
     std::variant<action::Publish, action::StartGeneration, action::RequestStop, action::TellOver,
-                 action::Say, action::WriteCopy, action::Journal, action::Finish>;
-
-// A visitor from one lambda per alternative, for std::visit over Event and
-// Action: with no generic (auto) lambda among them, an alternative without its
-// lambda fails to compile instead of being dropped.
-template <typename... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <typename... F>
-Overloaded(F...) -> Overloaded<F...>;
+                 action::Notify, action::WriteCopy, action::Journal, action::Finish>;
 
 class JobController {
  public:
@@ -279,7 +273,7 @@ class JobController {
   // Ends the job at its last commit: the members sync on it, rank 0 writes a
   // checkpoint, all exit; with nobody left, says what is lost.
   void StopWithCheckpoint(const std::vector<uint64_t>& members, const std::string& why);
-  void StateLost(const std::string& what_happened);
+  void StateLost(StateLoss loss);
   // A tick gap past config_.stall_ms: a stall's aftermath begins.
   void NoticeStall(bool tick);
   bool InStallAftermath() const {
@@ -288,10 +282,10 @@ class JobController {
   // StateLost, unless this process stalled a moment ago: then the holders may
   // only have lost the head, and the decision waits up to stall_grace_ms for
   // them (Run takes it when no source came back).
-  void StateLostUnlessStalled(const std::string& what_happened);
+  void StateLostUnlessStalled(StateLoss loss);
   void Finish(int exit_code);
   void Publish(std::vector<uint64_t> members, const std::string& reason);
-  void Say(const std::string& text);
+  void Notify(Notice notice);
 
   ControllerConfig config_;
   int64_t now_ = 0;

@@ -22,10 +22,13 @@ std::vector<T> Only(const std::vector<Action>& actions) {
   return out;
 }
 
-bool Said(const std::vector<Action>& actions, const std::string& part) {
-  for (const action::Say& say : Only<action::Say>(actions))
-    if (say.text.find(part) != std::string::npos) return true;
-  return false;
+// The notices of kind T the controller gave among `actions`, in order.
+template <typename T>
+std::vector<T> Told(const std::vector<Action>& actions) {
+  std::vector<T> out;
+  for (const action::Notify& notify : Only<action::Notify>(actions))
+    if (const T* t = std::get_if<T>(&notify.notice)) out.push_back(*t);
+  return out;
 }
 
 StatePoint At(int64_t epoch, int64_t position, int64_t step) { return {epoch, position, step}; }
@@ -180,7 +183,10 @@ TEST(JobControllerTest, StartTimeoutStartsWithMinWorkersOrFails) {
   with_one.Register(1);
   with_one.Advance(1000);
   EXPECT_EQ(with_one.ExitCode(), kExitError);
-  EXPECT_TRUE(Said(with_one.all(), "only 1 of 3 workers registered"));
+  const auto timed_out = Told<notice::StartTimedOut>(with_one.all());
+  ASSERT_EQ(timed_out.size(), 1u);
+  EXPECT_EQ(timed_out[0].registered, 1);
+  EXPECT_EQ(timed_out[0].wanted, 3);
 }
 
 TEST(JobControllerTest, WorkersThatExitBeforeRegisteringFailTheStartAtOnce) {
@@ -189,7 +195,7 @@ TEST(JobControllerTest, WorkersThatExitBeforeRegisteringFailTheStartAtOnce) {
   EXPECT_FALSE(job.ExitCode());
   job.Feed(event::Exited{});
   EXPECT_EQ(job.ExitCode(), kExitError);
-  EXPECT_TRUE(Said(job.all(), "exited before joining"));
+  EXPECT_EQ(Told<notice::WorkersExitedBeforeJoining>(job.all()).size(), 1u);
 }
 
 // The default: a joiner enters at the next commit, wherever in the epoch it
@@ -291,7 +297,10 @@ TEST(JobControllerTest, MaxWorkersKeepsJoinersPending) {
 TEST(JobControllerTest, GracefulLeaveAtTheNextCommit) {
   Job job = Started(Config(3));
   job.Feed(event::Draining{2});
-  EXPECT_TRUE(Said(job.all(), "it leaves at the next commit"));
+  const auto leaving = Told<notice::WorkerLeaving>(job.all());
+  ASSERT_EQ(leaving.size(), 1u);
+  EXPECT_EQ(leaving[0].member, 2u);
+  EXPECT_TRUE(leaving[0].at_commit);
   const auto requests = Only<action::RequestStop>(job.Take());
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_TRUE(requests[0].at_next_commit);
@@ -330,7 +339,7 @@ TEST(JobControllerTest, EveryWorkerLeavingAtOnceKeepsTheJobWithTheCopy) {
     ASSERT_EQ(Only<action::RequestStop>(job.Take()).size(), 1u);
     job.Commit(At(1, 0, 32), copy, /*stopped=*/true);
     if (!copy) {
-      EXPECT_TRUE(Said(job.all(), "keeps no copy"));
+      EXPECT_EQ(Told<notice::EveryoneLeavingWithoutCopy>(job.all()).size(), 1u);
       EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1}));
       EXPECT_EQ(job.LastStart()->stop, "every worker left");
       EXPECT_EQ(job.ExitCode(), kExitStopped);
@@ -338,7 +347,13 @@ TEST(JobControllerTest, EveryWorkerLeavingAtOnceKeepsTheJobWithTheCopy) {
     }
     EXPECT_TRUE(job.view().empty()) << "the leaving workers are released";
     EXPECT_FALSE(job.ExitCode());
-    EXPECT_TRUE(Said(job.all(), "every worker is gone"));
+    const auto kept = Told<notice::EveryoneLeavingWithCopy>(job.all());
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_EQ(kept[0].copy, At(1, 0, 32));
+    const auto gone = Told<notice::EveryWorkerGone>(job.all());
+    ASSERT_EQ(gone.size(), 1u);
+    EXPECT_EQ(gone[0].source.kind, SourceKind::kControllerCopy);
+    EXPECT_EQ(gone[0].source.point, At(1, 0, 32));
     job.Feed(event::Gone{1, false});  // the leavers exit
     job.Feed(event::Gone{2, false});
     job.Register(3);
@@ -395,22 +410,33 @@ TEST(JobControllerTest, EveryWorkerLostThenAJoin) {
     job.KillAll({1, 2});
     if (!c.restores) {
       EXPECT_EQ(job.ExitCode(), kExitStopped);
-      EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 2 position 512 step 40"));
-      EXPECT_TRUE(Said(job.all(), "nothing was overwritten"));
+      const auto lost = Told<notice::StateLost>(job.all());
+      ASSERT_EQ(lost.size(), 1u);
+      EXPECT_EQ(lost[0].loss, StateLoss::kEveryWorkerLost);
+      EXPECT_EQ(lost[0].newest, At(1, 512, 40));
       // A worker that comes later is told the job is over, never given a fresh model.
       job.Register(3);
       EXPECT_FALSE(Only<action::TellOver>(job.Take()).empty());
       continue;
     }
     EXPECT_FALSE(job.ExitCode());
-    EXPECT_TRUE(Said(job.all(), "every worker is gone"));
+    const auto gone = Told<notice::EveryWorkerGone>(job.all());
+    ASSERT_EQ(gone.size(), 1u);
+    EXPECT_EQ(gone[0].source.kind, *c.restores);
+    EXPECT_EQ(gone[0].source.point.step, c.step);
     job.Register(3);
     ASSERT_TRUE(job.LastStart());
     EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
     EXPECT_EQ(job.LastStart()->source.kind, *c.restores);
     EXPECT_EQ(job.LastStart()->source.point.step, c.step);
     // An older source than the newest commit is said out loud.
-    EXPECT_EQ(Said(job.all(), "warning: generation"), c.step < 40);
+    const auto older = Told<notice::RestoresOlder>(job.all());
+    ASSERT_EQ(older.size(), c.step < 40 ? 1u : 0u);
+    if (!older.empty()) {
+      EXPECT_EQ(older[0].generation, job.generation());
+      EXPECT_EQ(older[0].source.point.step, c.step);
+      EXPECT_EQ(older[0].newest, At(1, 512, 40));
+    }
   }
 }
 
@@ -434,7 +460,9 @@ TEST(JobControllerTest, NobodyJoinsAfterAMassLossTheCopyBecomesTheCheckpoint) {
     const auto writes = Only<action::WriteCopy>(job.all());
     if (checkpoint_as_new) {
       EXPECT_TRUE(writes.empty());
-      EXPECT_TRUE(Said(job.all(), "the newest checkpoint (epoch 2 position 512 step 40)"));
+      const auto none_left = Told<notice::NoWorkerForCheckpoint>(job.all());
+      ASSERT_EQ(none_left.size(), 1u);
+      EXPECT_EQ(none_left[0].checkpoint, At(1, 512, 40));
     } else {
       ASSERT_EQ(writes.size(), 1u);
       EXPECT_EQ(writes[0].point, At(1, 512, 40));
@@ -464,7 +492,10 @@ TEST(JobControllerTest, BelowMinWorkersWaitsThenStopsWithACheckpoint) {
   job.Kill(2);
   EXPECT_EQ(job.generation(), generations + 1);
   EXPECT_EQ(Only<action::StartGeneration>(job.Take()).size(), 0u) << "one worker does not train";
-  EXPECT_TRUE(Said(job.all(), "below --min-workers=2"));
+  const auto below = Told<notice::BelowMinimum>(job.all());
+  ASSERT_EQ(below.size(), 1u);
+  EXPECT_EQ(below[0].workers, 1);
+  EXPECT_EQ(below[0].min_workers, 2);
   job.Advance(5001);
   ASSERT_TRUE(job.LastStart());
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{1}));
@@ -500,13 +531,17 @@ TEST(JobControllerTest, ANodeWhoseWorkersKeepFailingIsBlacklistedForAWhile) {
   ASSERT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3}));
   job.Kill(2);
   job.Kill(3);
-  EXPECT_TRUE(Said(job.all(), "node 2 blacklisted"));
+  const auto blacklisted = Told<notice::NodeBlacklisted>(job.all());
+  ASSERT_EQ(blacklisted.size(), 1u);
+  EXPECT_EQ(blacklisted[0].node, 2u);
   job.Register(4, 2);
   job.Advance(100);
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{1})) << "node 2's worker is not admitted";
   job.Take();
   job.Advance(10000);
-  EXPECT_TRUE(Said(job.Take(), "node 2 is no longer blacklisted"));
+  const auto forgiven = Told<notice::NodeForgiven>(job.Take());
+  ASSERT_EQ(forgiven.size(), 1u);
+  EXPECT_EQ(forgiven[0].node, 2u);
 }
 
 // Found by a test audit (elastic_test's NodeWithRepeatedFailuresIsBlacklisted
@@ -523,7 +558,11 @@ TEST(JobControllerTest, AWorkerThatFailsBeforeItsHelloCountsAgainstItsNode) {
   job.Kill(2);
   job.Arrive(3, 2);
   job.Kill(3);
-  EXPECT_TRUE(Said(job.all(), "node 2 blacklisted for 10 s after 2 worker failures"));
+  const auto blacklisted = Told<notice::NodeBlacklisted>(job.all());
+  ASSERT_EQ(blacklisted.size(), 1u);
+  EXPECT_EQ(blacklisted[0].node, 2u);
+  EXPECT_EQ(blacklisted[0].for_ms, 10000);
+  EXPECT_EQ(blacklisted[0].failures, 2);
   job.Take();
   job.Register(4, 2);
   job.Advance(100);
@@ -531,7 +570,9 @@ TEST(JobControllerTest, AWorkerThatFailsBeforeItsHelloCountsAgainstItsNode) {
   EXPECT_EQ(job.view(), (std::vector<uint64_t>{1}));
   job.Advance(10000);
   std::vector<Action> after = job.Take();
-  EXPECT_TRUE(Said(after, "node 2 is no longer blacklisted"));
+  const auto forgiven = Told<notice::NodeForgiven>(after);
+  ASSERT_EQ(forgiven.size(), 1u);
+  EXPECT_EQ(forgiven[0].node, 2u);
   EXPECT_EQ(Only<action::RequestStop>(after).size(), 1u) << "node 2's worker joins";
 }
 
@@ -551,13 +592,17 @@ TEST(JobControllerTest, ABlacklistedNodeIsAdmittedWhenNobodyElseCanTrain) {
   job.Register(2, 5);
   job.Sync(At(0, 256, 8));
   job.Kill(2);
-  EXPECT_TRUE(Said(job.all(), "node 5 blacklisted"));
+  const auto blacklisted = Told<notice::NodeBlacklisted>(job.all());
+  ASSERT_EQ(blacklisted.size(), 1u);
+  EXPECT_EQ(blacklisted[0].node, 5u);
   job.Take();
   job.Register(3, 5);
   ASSERT_TRUE(job.LastStart());
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
-  EXPECT_TRUE(Said(job.all(), "admitting workers of blacklisted nodes"));
+  const auto admitting = Told<notice::AdmittingBlacklisted>(job.all());
+  ASSERT_EQ(admitting.size(), 1u);
+  EXPECT_EQ(admitting[0].min_workers, 1);
   EXPECT_FALSE(job.ExitCode());
   // With the job at --min-workers, the blacklist holds again.
   job.Sync(At(0, 256, 8));
@@ -597,7 +642,11 @@ TEST(JobControllerTest, AfterAMassLossJoinersThatComeTogetherFormOneGeneration) 
   job.Register(6, 2);
   job.Advance(900);
   EXPECT_EQ(job.generation(), empty) << "two of four: the window is open";
-  EXPECT_TRUE(Said(job.all(), "until none came for 2.0 s (--join-window"));
+  const auto window = Told<notice::JoinWindowOpened>(job.all());
+  ASSERT_EQ(window.size(), 1u);
+  EXPECT_EQ(window[0].ready, 1) << "it opens with the first joiner";
+  EXPECT_EQ(window[0].window_ms, 2000);
+  EXPECT_EQ(window[0].largest_world, 4);
   job.Register(7, 3);
   job.Register(8, 3);  // the largest world is back: no need to wait longer
   EXPECT_EQ(job.generation(), empty + 1);
@@ -755,7 +804,11 @@ TEST(JobControllerTest, FaultsWithoutACommitForTooLongStopTheJob) {
   job.Advance(600);
   job.Feed(event::Fault{job.generation(), 1, "timeout", false});
   EXPECT_EQ(job.ExitCode(), kExitStopped);
-  EXPECT_TRUE(Said(job.all(), "kept failing"));
+  const auto failing = Told<notice::CollectivesKeptFailing>(job.all());
+  ASSERT_EQ(failing.size(), 1u);
+  EXPECT_EQ(failing[0].for_ms, 1200);
+  EXPECT_EQ(failing[0].member, 1u);
+  EXPECT_EQ(failing[0].reason, "timeout");
 }
 
 TEST(JobControllerTest, ACommitOfAnOlderGenerationChangesNothing) {
@@ -864,7 +917,7 @@ TEST(JobControllerTest, RestartedControllerWithNoSourceStops) {
   Job job(Config(0, 1), recovered);
   job.Feed(event::Registered{5, 1, std::nullopt});  // a worker that lost its commit
   EXPECT_EQ(job.ExitCode(), kExitStopped);
-  EXPECT_TRUE(Said(job.all(), "no other copy of the job's state exists"));
+  EXPECT_EQ(Told<notice::StateLost>(job.all()).size(), 1u);
 }
 
 // What a controller restarted with its copy on disk knows: generation 9, the
@@ -890,7 +943,7 @@ TEST(JobControllerTest, RestartedControllerContinuesFromItsCopyOnDisk) {
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{30}));
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
   EXPECT_EQ(job.LastStart()->source.point, At(3, 640, 124));
-  EXPECT_FALSE(Said(job.all(), "trained again"));
+  EXPECT_TRUE(Told<notice::RestoresOlder>(job.all()).empty());
   EXPECT_FALSE(job.ExitCode());
 }
 
@@ -931,7 +984,7 @@ TEST(JobControllerTest, AGenerationRestoredFromAMemberNewerThanTheCopySendsItsSt
   ASSERT_TRUE(job.LastStart());
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
   EXPECT_EQ(job.LastStart()->source.point, At(3, 768, 130));
-  EXPECT_FALSE(Said(job.all(), "trained again"));
+  EXPECT_TRUE(Told<notice::RestoresOlder>(job.all()).empty());
 
   // Restored from a member at the copy's own commit: nothing to send.
   Job current = Started(Config(2));
@@ -972,10 +1025,13 @@ TEST(JobControllerTest, RestartedControllerFallsBackToAnOlderSourceAfterTheWait)
     job.Advance(1);
     ASSERT_TRUE(job.LastStart());
     EXPECT_EQ(job.LastStart()->source.kind, c.kind);
-    EXPECT_TRUE(Said(job.all(),
-                     "no worker holding the newest commit (epoch 4 position 768 step "
-                     "130) came back within 20 s"));
-    EXPECT_TRUE(Said(job.all(), std::to_string(c.again) + " steps are trained again"));
+    const auto not_back = Told<notice::NewestNotBack>(job.all());
+    ASSERT_EQ(not_back.size(), 1u);
+    EXPECT_EQ(not_back[0].newest, At(3, 768, 130));
+    EXPECT_EQ(not_back[0].waited_ms, 20000);
+    const auto older = Told<notice::RestoresOlder>(job.all());
+    ASSERT_EQ(older.size(), 1u);
+    EXPECT_EQ(older[0].newest.step - older[0].source.point.step, c.again);
     EXPECT_FALSE(job.ExitCode());
   }
 }
@@ -1001,7 +1057,10 @@ TEST(JobControllerTest, RestartedControllerBelowMinWorkersStopsWithACheckpoint) 
     EXPECT_FALSE(job.ExitCode());
     job.Advance(1);
     EXPECT_EQ(job.ExitCode(), kExitStopped);
-    EXPECT_TRUE(Said(job.all(), "below --min-workers=2; stopping"));
+    const auto too_few = Told<notice::TooFewCameBack>(job.all());
+    ASSERT_EQ(too_few.size(), 1u);
+    EXPECT_EQ(too_few[0].came_back, one_back ? 1 : 0);
+    EXPECT_EQ(too_few[0].min_workers, 2);
     if (one_back) {
       ASSERT_TRUE(job.LastStart());
       EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{30}));
@@ -1026,12 +1085,17 @@ TEST(JobControllerTest, EveryWorkerLostBeforeTheFirstCommitStartsAgainFromTheSee
   ASSERT_TRUE(job.LastStart());
   EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{3}));
   EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kFresh);
-  EXPECT_TRUE(Said(job.all(), "starts again from the seeded model"));
+  const auto seeded = Told<notice::StartsFromSeed>(job.all());
+  ASSERT_EQ(seeded.size(), 1u);
+  EXPECT_EQ(seeded[0].generation, job.generation());
   job.Sync();
   job.Commit(At(0, 256, 8), false);
   job.Kill(3);
   EXPECT_EQ(job.ExitCode(), kExitStopped);
-  EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 1 position 256 step 8"));
+  const auto lost = Told<notice::StateLost>(job.all());
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].loss, StateLoss::kEveryWorkerLost);
+  EXPECT_EQ(lost[0].newest, At(0, 256, 8));
 }
 
 // The driver stopped for 5 s (SIGSTOP, a starved machine) with the heartbeat
@@ -1060,8 +1124,12 @@ TEST(JobControllerTest, WorkersLostRightAfterAStallOfTheControllerComeBackWithTh
   job.Stall(5000);
   job.KillAll({1, 2});
   EXPECT_FALSE(job.ExitCode());
-  EXPECT_TRUE(Said(job.all(), "this process stalled: no tick for 5.0 s"));
-  EXPECT_TRUE(Said(job.all(), "every worker was lost right after this process stalled"));
+  const auto stalled = Told<notice::StallNoticed>(job.all());
+  ASSERT_EQ(stalled.size(), 1u);
+  EXPECT_EQ(stalled[0].gap_ms, 5000);
+  const auto waiting = Told<notice::WaitingAfterStall>(job.all());
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].loss, StateLoss::kEveryWorkerLost);
   job.Advance(50);
   job.Feed(event::Registered{3, 1, At(0, 512, 16)});
   job.Advance(50);
@@ -1074,7 +1142,8 @@ TEST(JobControllerTest, WorkersLostRightAfterAStallOfTheControllerComeBackWithTh
   std::vector<uint64_t> members = job.LastStart()->members;
   std::sort(members.begin(), members.end());
   EXPECT_EQ(members, (std::vector<uint64_t>{3, 4}));
-  EXPECT_FALSE(Said(job.all(), "blacklisted"));
+  EXPECT_TRUE(Told<notice::NodeBlacklisted>(job.all()).empty());
+  EXPECT_TRUE(Told<notice::AdmittingBlacklisted>(job.all()).empty());
 }
 
 // Nobody comes back within the grace: the state is lost after all, said once.
@@ -1088,8 +1157,10 @@ TEST(JobControllerTest, WorkersLostInAStallThatDoNotComeBackLoseTheStateAfterThe
   EXPECT_FALSE(job.ExitCode());
   job.Advance(1000);
   EXPECT_EQ(job.ExitCode(), kExitStopped);
-  EXPECT_TRUE(Said(job.all(), "none came back with its commit within 60 s"));
-  EXPECT_TRUE(Said(job.all(), "nothing was overwritten"));
+  const auto lost = Told<notice::StateLost>(job.all());
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].loss, StateLoss::kNoneBackAfterStall);
+  EXPECT_EQ(lost[0].grace_ms, 60000);
   job.Register(3);
   EXPECT_FALSE(Only<action::TellOver>(job.Take()).empty());
 }
@@ -1111,7 +1182,10 @@ TEST(JobControllerTest, WorkersLostWithoutARecentStallLoseTheStateAtOnce) {
     job.Commit(At(0, 512, 16), false);
     job.KillAll({1, 2});
     EXPECT_EQ(job.ExitCode(), kExitStopped);
-    EXPECT_TRUE(Said(job.all(), "every worker was lost at epoch 1 position 512 step 16"));
+    const auto lost = Told<notice::StateLost>(job.all());
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0].loss, StateLoss::kEveryWorkerLost);
+    EXPECT_EQ(lost[0].newest, At(0, 512, 16));
   }
 }
 

@@ -15,6 +15,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "trainer/elastic/controller/overloaded.h"
+
 namespace elastic::trainer {
 namespace {
 
@@ -166,6 +168,35 @@ void Fill(const run_event::Done& e, Json& j) {
   j["test_metric"] = e.test_metric;
   j["early_stop"] = e.early_stop;
 }
+void Fill(const run_event::Blacklisted& e, Json& j) {
+  j["event"] = "blacklisted";
+  j["node"] = e.node;
+  j["seconds"] = e.seconds;
+  j["failures"] = e.failures;
+}
+void Fill(const run_event::Unblacklisted& e, Json& j) {
+  j["event"] = "unblacklisted";
+  j["node"] = e.node;
+}
+void Fill(const run_event::Stalled& e, Json& j) {
+  j["event"] = "stalled";
+  j["seconds"] = e.seconds;
+}
+void Fill(const run_event::BelowMinWorkers& e, Json& j) {
+  j["event"] = "below_min_workers";
+  j["workers"] = e.workers;
+  j["min_workers"] = e.min_workers;
+}
+void Fill(const run_event::NoWorkers& e, Json& j) {
+  j["event"] = "no_workers";
+  j["source"] = SourceName(e.source.kind);
+  j["restores"] = Point(e.source.point);
+}
+void Fill(const run_event::Error& e, Json& j) {
+  j["event"] = "error";
+  j["kind"] = e.kind;
+  j["message"] = e.message;
+}
 void Fill(const run_event::End& e, Json& j) {
   j["event"] = "end";
   j["exit_code"] = e.exit_code;
@@ -175,7 +206,68 @@ void Fill(const run_event::End& e, Json& j) {
                                                : "error";
 }
 
+using Logged = std::optional<RunEvent>;
+
+Logged Nothing() { return std::nullopt; }
+
+double SecondsOf(int64_t ms) { return static_cast<double>(ms) / 1000.0; }
+
+// An error notice's event: its kind, and its line without the prefix.
+Logged ErrorOf(const char* kind, const Notice& notice) {
+  static const std::string kPrefix = "driver: error: ";
+  std::string message = RenderNotice(notice);
+  if (message.rfind(kPrefix, 0) == 0) message.erase(0, kPrefix.size());
+  return run_event::Error{kind, message};
+}
+
 }  // namespace
+
+std::optional<RunEvent> EventOfNotice(const Notice& notice) {
+  // One line a notice kind and no generic case: a notice added to Notice
+  // without its line here does not compile.
+  return std::visit(
+      Overloaded{
+          [](const notice::NodeBlacklisted& n) -> Logged {
+            return run_event::Blacklisted{n.node, SecondsOf(n.for_ms), n.failures};
+          },
+          [](const notice::NodeForgiven& n) -> Logged { return run_event::Unblacklisted{n.node}; },
+          [](const notice::AdmittingBlacklisted&) { return Nothing(); },
+          [](const notice::EveryWorkerGone& n) -> Logged { return run_event::NoWorkers{n.source}; },
+          [](const notice::RestoresOlder&) { return Nothing(); },
+          [](const notice::StartsFromSeed&) { return Nothing(); },
+          [](const notice::WorkerLeaving&) { return Nothing(); },
+          [](const notice::EveryoneLeavingWithCopy&) { return Nothing(); },
+          [](const notice::EveryoneLeavingWithoutCopy&) { return Nothing(); },
+          [](const notice::StateUnavailable&) { return Nothing(); },
+          [&](const notice::ResumeUnreadable&) { return ErrorOf("resume_unreadable", notice); },
+          [&](const notice::CollectivesKeptFailing&) {
+            return ErrorOf("collectives_failing", notice);
+          },
+          [](const notice::FaultReported&) { return Nothing(); },
+          [](const notice::StopAtEpochBoundary&) { return Nothing(); },
+          [](const notice::StopAtNextCommit&) { return Nothing(); },
+          [](const notice::StoppedBeforeTraining&) { return Nothing(); },
+          [&](const notice::WorkersExitedBeforeJoining&) {
+            return ErrorOf("workers_exited", notice);
+          },
+          [&](const notice::StartTimedOut&) { return ErrorOf("start_timeout", notice); },
+          [&](const notice::TooFewCameBack&) { return ErrorOf("too_few_came_back", notice); },
+          [](const notice::NewestNotBack&) { return Nothing(); },
+          [](const notice::WorkersCameBack&) { return Nothing(); },
+          [](const notice::BelowMinimum& n) -> Logged {
+            return run_event::BelowMinWorkers{n.workers, n.min_workers};
+          },
+          [&](const notice::BelowMinimumTooLong&) { return ErrorOf("below_min_workers", notice); },
+          [](const notice::JoinWindowOpened&) { return Nothing(); },
+          [](const notice::NoWorkerForCheckpoint&) { return Nothing(); },
+          [&](const notice::StateLost&) { return ErrorOf("state_lost", notice); },
+          [](const notice::StallNoticed& n) -> Logged {
+            return run_event::Stalled{SecondsOf(n.gap_ms)};
+          },
+          [](const notice::WaitingAfterStall&) { return Nothing(); },
+      },
+      notice);
+}
 
 std::string RenderEvent(const RunEvent& event, int64_t unix_ms) {
   // "event" first, then the time, then the event's own fields (an ordered

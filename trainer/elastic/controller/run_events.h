@@ -15,6 +15,7 @@
 
 #include "monitoring/run_history.h"
 #include "trainer/elastic/controller/job_controller.h"
+#include "trainer/elastic/controller/notices.h"
 
 namespace elastic::trainer {
 
@@ -131,6 +132,29 @@ struct End {  // the job is over; the driver exits with exit_code
   int exit_code = 0;
   std::string reason;
 };
+// The controller's notices that are facts (EventOfNotice):
+struct Blacklisted {  // a node's workers kept failing: they are not admitted for a while
+  uint64_t node = 0;
+  double seconds = 0;  // how long
+  int64_t failures = 0;
+};
+struct Unblacklisted {  // a node's blacklisting ran out
+  uint64_t node = 0;
+};
+struct Stalled {       // the driver's own process stalled (stopped, starved of CPU)
+  double seconds = 0;  // the gap in its clock ticks
+};
+struct BelowMinWorkers {  // fewer workers than --min-workers: it waits up to --rendezvous-timeout
+  int64_t workers = 0;
+  int64_t min_workers = 0;
+};
+struct NoWorkers {     // every worker is gone: the job waits for joiners
+  StateSource source;  // where it continues from
+};
+struct Error {          // an error that ends the job
+  std::string kind;     // a stable name: "state_lost", "below_min_workers", ...
+  std::string message;  // the printed line's words after "driver: error: "
+};
 }  // namespace run_event
 
 using RunEvent =
@@ -138,10 +162,17 @@ using RunEvent =
                  run_event::Join, run_event::Leave, run_event::Draining, run_event::Fault,
                  run_event::Commit, run_event::ControllerCopy, run_event::Checkpoint,
                  run_event::FirstStep, run_event::Epoch, run_event::Evaluation, run_event::Done,
-                 run_event::End>;
+                 run_event::End, run_event::Blacklisted, run_event::Unblacklisted,
+                 run_event::Stalled, run_event::BelowMinWorkers, run_event::NoWorkers,
+                 run_event::Error>;
 
 // The event's line (no newline): {"event": NAME, "unix_ms": T, ...fields}.
 std::string RenderEvent(const RunEvent& event, int64_t unix_ms);
+
+// The event a controller's notice is logged as, where it is a fact worth
+// machine-reading (a blacklisting, a stall, too few workers, an error that
+// ends the job); nothing for the others, which are only printed.
+std::optional<RunEvent> EventOfNotice(const Notice& notice);
 
 // Appends events to one file, each line with a single write(2) to a file
 // opened O_APPEND: a reader never sees half a line but perhaps the last one

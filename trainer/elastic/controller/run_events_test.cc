@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,10 +140,82 @@ TEST(RunEventsTest, EveryEventHasItsName) {
       {run_event::Epoch{}, "epoch"},
       {run_event::Evaluation{}, "evaluation"},
       {run_event::Done{}, "done"},
-      {run_event::End{}, "end"}};
+      {run_event::End{}, "end"},
+      {run_event::Blacklisted{}, "blacklisted"},
+      {run_event::Unblacklisted{}, "unblacklisted"},
+      {run_event::Stalled{}, "stalled"},
+      {run_event::BelowMinWorkers{}, "below_min_workers"},
+      {run_event::NoWorkers{}, "no_workers"},
+      {run_event::Error{}, "error"}};
   ASSERT_EQ(events.size(), std::variant_size_v<RunEvent>);
   for (const auto& [event, name] : events) EXPECT_EQ(Parsed(event)["event"], name);
   EXPECT_EQ(Parsed(run_event::Start{})["format"], kEventsFormat);
+}
+
+// The notices that are facts are logged with their values; the others are only printed.
+TEST(EventOfNoticeTest, ABlacklistingAndItsEnd) {
+  const std::optional<RunEvent> on = EventOfNotice(notice::NodeBlacklisted{2, 300000, 3});
+  ASSERT_TRUE(on);
+  const json j = Parsed(*on);
+  EXPECT_EQ(j["event"], "blacklisted");
+  EXPECT_EQ(j["node"], 2);
+  EXPECT_EQ(j["seconds"], 300.0);
+  EXPECT_EQ(j["failures"], 3);
+  const std::optional<RunEvent> off = EventOfNotice(notice::NodeForgiven{2});
+  ASSERT_TRUE(off);
+  EXPECT_EQ(Parsed(*off),
+            json::parse(R"({"event":"unblacklisted","unix_ms":1700000000123,"node":2})"));
+}
+
+TEST(EventOfNoticeTest, AStallOfTheDriversOwnProcess) {
+  const std::optional<RunEvent> e = EventOfNotice(notice::StallNoticed{5040});
+  ASSERT_TRUE(e);
+  const json j = Parsed(*e);
+  EXPECT_EQ(j["event"], "stalled");
+  EXPECT_DOUBLE_EQ(j["seconds"].get<double>(), 5.04);
+}
+
+TEST(EventOfNoticeTest, BelowMinWorkersAndNoWorkersLeft) {
+  const std::optional<RunEvent> below = EventOfNotice(notice::BelowMinimum{1, 2});
+  ASSERT_TRUE(below);
+  EXPECT_EQ(Parsed(*below)["event"], "below_min_workers");
+  EXPECT_EQ(Parsed(*below)["workers"], 1);
+  EXPECT_EQ(Parsed(*below)["min_workers"], 2);
+  const std::optional<RunEvent> none =
+      EventOfNotice(notice::EveryWorkerGone{{SourceKind::kControllerCopy, 0, {1, 512, 40}}});
+  ASSERT_TRUE(none);
+  const json j = Parsed(*none);
+  EXPECT_EQ(j["event"], "no_workers");
+  EXPECT_EQ(j["source"], "controller_copy");
+  EXPECT_EQ(j["restores"], json({{"epoch", 1}, {"position", 512}, {"step", 40}}));
+}
+
+TEST(EventOfNoticeTest, AnErrorThatEndsTheJobHasItsKindAndTheWordsPrinted) {
+  const std::vector<std::pair<Notice, std::string>> errors = {
+      {notice::ResumeUnreadable{}, "resume_unreadable"},
+      {notice::CollectivesKeptFailing{361000, 3, "timeout"}, "collectives_failing"},
+      {notice::WorkersExitedBeforeJoining{2}, "workers_exited"},
+      {notice::StartTimedOut{1, 3, 120000}, "start_timeout"},
+      {notice::TooFewCameBack{1, 2}, "too_few_came_back"},
+      {notice::BelowMinimumTooLong{1, 10000, 2}, "below_min_workers"},
+      {notice::StateLost{StateLoss::kEveryWorkerLost, StatePoint{1, 512, 40}, 0}, "state_lost"}};
+  for (const auto& [notice, kind] : errors) {
+    const std::optional<RunEvent> e = EventOfNotice(notice);
+    ASSERT_TRUE(e) << kind;
+    const json j = Parsed(*e);
+    EXPECT_EQ(j["event"], "error");
+    EXPECT_EQ(j["kind"], kind);
+    EXPECT_EQ("driver: error: " + j["message"].get<std::string>(), RenderNotice(notice));
+  }
+  EXPECT_EQ(Parsed(*EventOfNotice(notice::BelowMinimumTooLong{1, 10000, 2}))["message"],
+            "only 1 workers for 10 s (--rendezvous-timeout), below --min-workers=2; stopping");
+}
+
+TEST(EventOfNoticeTest, WhatIsOnlyToldIsNotLogged) {
+  EXPECT_FALSE(EventOfNotice(notice::FaultReported{3, 5, "timeout"}));  // the fault event has it
+  EXPECT_FALSE(EventOfNotice(notice::WorkerLeaving{4, true}));          // and the draining event
+  EXPECT_FALSE(EventOfNotice(notice::StopAtEpochBoundary{"SIGTERM"}));
+  EXPECT_FALSE(EventOfNotice(notice::JoinWindowOpened{2, 3000, 4}));
 }
 
 TEST(RunEventsTest, TheLogAppendsOneLineAnEventAndASecondLogAppendsAfterIt) {
