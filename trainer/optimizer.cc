@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "trainer/fused_adamw.h"
+
 namespace elastic::trainer {
 namespace {
 
@@ -106,7 +108,7 @@ std::unique_ptr<Optimizer> MakeOptimizer(const std::vector<torch::Tensor>& param
             .betas({o.adam_beta1, o.adam_beta2})
             .weight_decay(o.weight_decay));
   } else if (o.kind == "adamw") {
-    base = std::make_unique<TorchOptimizerAdapter<torch::optim::AdamW, torch::optim::AdamWOptions>>(
+    base = std::make_unique<TorchOptimizerAdapter<FusedAdamW, torch::optim::AdamWOptions>>(
         "adamw", DecayGroups(params, o),
         torch::optim::AdamWOptions(o.lr).betas({o.adam_beta1, o.adam_beta2}));
   } else {
