@@ -1,7 +1,7 @@
 // Optimizers behind one small interface: SGD (momentum, Nesterov, weight
-// decay), Adam (L2 decay coupled into the gradient) and AdamW (decoupled
-// decay, of matrices and embeddings only) from LibTorch, and Lookahead, which
-// wraps any of them.
+// decay) and Adam (L2 decay coupled into the gradient) from LibTorch, AdamW
+// (decoupled decay, of matrices and embeddings only) as LibTorch's with its
+// update fused (fused_adamw.h), and Lookahead, which wraps any of them.
 //
 // The learning rate is set from outside before every step (the schedule owns
 // it), and the whole state saves to and loads from a LibTorch archive so it
