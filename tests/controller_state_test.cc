@@ -52,19 +52,6 @@ std::vector<std::string> ControllerArgs(const std::string& dir) {
   return args;
 }
 
-// The step of the copy the controller said it continues from when every
-// worker was gone ("... continues from the controller's copy (epoch E
-// position P step S)"); -1 if it never said so. (The event log has no event
-// for every worker being gone, nor of where the job would continue from.)
-int64_t CopyStepWhenEveryWorkerWasGone(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m,
-                         std::regex("every worker is gone; .* continues from the controller's "
-                                    "copy \\(epoch \\d+ position \\d+ step (\\d+)\\)")))
-    return -1;
-  return std::stoll(m[1]);
-}
-
 // Whether the log has an event named `name` that satisfies `accept`.
 bool Has(const std::vector<JobEvent>& events, const std::string& name,
          const std::function<bool(const JobEvent&)>& accept) {
@@ -153,12 +140,18 @@ JobInEpochTwo StartJob(const std::string& dir) {
   return job;
 }
 
-// Once the controller says every worker is gone, kills it; returns the step
-// of the copy it said it would continue from (-1 if it never said so), which
-// is the last copy the log has it write to --state-dir.
+// Once the controller logs that every worker is gone (its no_workers
+// event), kills it; returns the step of the copy it would continue from (-1
+// if it never logged that, or would continue from anything but its copy),
+// which is the last copy the log has it write to --state-dir.
 int64_t KillTheControllerOnceEveryWorkerIsGone(Process& controller, const std::string& dir) {
-  if (controller.WaitFor("every worker is gone", std::chrono::seconds(60)).empty()) return -1;
-  const int64_t copy_step = CopyStepWhenEveryWorkerWasGone(controller.Output());
+  const JobEvent gone = WaitForEvent(RunDir(dir), std::chrono::seconds(60),
+                                     [](const JobEvent& e) { return e["event"] == "no_workers"; });
+  EXPECT_FALSE(gone.is_null()) << JobEvents::Read(RunDir(dir)).Text();
+  if (gone.is_null()) return -1;
+  EXPECT_EQ(gone["source"], "controller_copy") << JobEvents::Read(RunDir(dir)).Text();
+  const int64_t copy_step =
+      gone["source"] == "controller_copy" ? gone["restores"]["step"].get<int64_t>() : -1;
   ::kill(controller.pid(), SIGKILL);
   controller.Wait(std::chrono::seconds(30));
   const JobEvents events = JobEvents::Read(RunDir(dir));

@@ -495,6 +495,14 @@ TEST(ElasticTest, BelowMinWorkersStopsWithCheckpoint) {
   EXPECT_EQ(end["outcome"], "stopped");
   EXPECT_NE(end["reason"].get<std::string>().find("below --min-workers=2"), std::string::npos)
       << events.Text();
+  // It waited below --min-workers with the one worker left, then stopped on that error.
+  const JobEvent below = events.Last("below_min_workers");
+  ASSERT_FALSE(below.is_null()) << events.Text();
+  EXPECT_EQ(below["workers"], 1) << events.Text();
+  EXPECT_EQ(below["min_workers"], 2) << events.Text();
+  const JobEvent error = events.Last("error");
+  ASSERT_FALSE(error.is_null()) << events.Text();
+  EXPECT_EQ(error["kind"], "below_min_workers") << events.Text();
   struct stat info;
   EXPECT_EQ(::stat((dir + "/checkpoint/checkpoint.ckpt").c_str(), &info), 0)
       << WithoutProgress(output);
@@ -529,11 +537,14 @@ TEST(ElasticTest, NodeWithRepeatedFailuresIsBlacklisted) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_FALSE(IsRunning(victim)) << "worker pid " << victim << " outlived SIGKILL";
   }
-  ASSERT_FALSE(driver
-                   .WaitFor("driver: node \\d+ blacklisted for \\d+ s after 2 worker failures",
-                            std::chrono::seconds(120))
-                   .empty())
-      << WithoutProgress(driver.Output());
+  // The joined node is blacklisted after its two failures (not the driver's
+  // own node 1, whose workers train on).
+  const JobEvent blacklisted = WaitForEvent(
+      RunDir(dir), std::chrono::seconds(120),
+      [](const JobEvent& e) { return e["event"] == "blacklisted" && e["failures"] == 2; });
+  ASSERT_FALSE(blacklisted.is_null()) << Events(dir).Text() << WithoutProgress(driver.Output());
+  EXPECT_NE(blacklisted["node"], 1) << Events(dir).Text();
+  EXPECT_EQ(blacklisted["seconds"], 300.0) << Events(dir).Text();
   ASSERT_EQ(::kill(driver.pid(), SIGTERM), 0);
   ASSERT_EQ(driver.Wait(std::chrono::seconds(400)), 3) << WithoutProgress(driver.Output());
   const JobEvents events = Events(dir);
