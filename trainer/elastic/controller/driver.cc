@@ -19,7 +19,6 @@
 #include <future>
 #include <map>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,6 +41,7 @@
 #include "trainer/elastic/controller/copy_store.h"
 #include "trainer/elastic/controller/job_controller.h"
 #include "trainer/elastic/controller/job_metrics.h"
+#include "trainer/elastic/controller/job_presenter.h"
 #include "trainer/elastic/controller/journal.h"
 #include "trainer/elastic/controller/run_events.h"
 #include "trainer/elastic/elastic.h"
@@ -62,8 +62,6 @@ using runtime::MembershipUpdate;
 double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void Say(const std::string& text) {
   std::printf("%s\n", text.c_str());
@@ -134,8 +132,9 @@ RecoveredJob Recovered(const TakenOver& taken_over) {
 // The job controller's actor: the shell around JobController. It turns the
 // head's membership updates, the trainers' typed messages and its own clock
 // ticks into events, and carries out the actions: views published on the head,
-// orders told to the trainer actors, lines printed, metrics. One message at a
-// time (the actor's strand), so the state machine needs no lock.
+// orders told to the trainer actors, lines printed, metrics. What it shows of
+// the job is JobPresenter's to decide; this actor prints it. One message at a
+// time (the actor's strand), so neither needs a lock.
 class ControllerActor : public runtime::Actor, private ControllerMessages {
  public:
   // A new job (`taken_over` empty) or one taken over from its journal.
@@ -160,9 +159,9 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
                      ? JobController(config, Recovered(*taken_over), 0)
                      : JobController(config, 0)),
         copy_(taken_over ? taken_over->copy : ""),
-        // The restarted head's empty view is no generation to announce.
-        printed_generation_(taken_over ? taken_over->journal.generation + 1 : 0),
-        printed_epoch_(taken_over ? taken_over->journal.printed_epoch : 0) {
+        presenter_(taken_over ? JobPresenter::TakenOver(taken_over->journal.generation,
+                                                        taken_over->journal.printed_epoch)
+                              : JobPresenter()) {
     if (!elastic.state_dir.empty()) copies_.emplace(elastic.state_dir);
     if (taken_over && !copy_.empty()) stored_copy_ = taken_over->journal.copy;
   }
@@ -216,7 +215,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void OnDone(proto::Done::Reader d) override;
   void OnStats(proto::WorkerStats::Reader stats) override;
   void OnParams(proto::ParamsChecksum::Reader params) override;
-  // A view newer than any seen: says so and tells the metrics.
+  // A view: when the presenter announces it, says so and tells the metrics.
   void OnNewView(const runtime::MembershipView& view, const std::string& reason);
 
   void Carry(const action::Publish& publish);
@@ -261,19 +260,8 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   std::optional<CopyStore> copies_;        // --state-dir
   std::optional<StoredCopy> stored_copy_;  // the newest copy there, complete
   std::string copy_error_;  // while writing the copy fails: said once, not at every commit
-  uint64_t printed_generation_ = 0;
-  uint64_t generation_ = 0;  // the newest view seen
-  size_t world_ = 0;
-  Clock::time_point generation_seen_;
-  std::string current_reason_;
-  bool first_step_seen_ = true;
+  JobPresenter presenter_;  // what of the job is shown
   int stop_signals_seen_ = 0;
-  int64_t reported_epoch_ = -1;
-  uint64_t reported_generation_ = 0;
-  int64_t printed_epoch_ = 0;      // 1-based epoch of the last summary printed
-  int64_t printed_eval_step_ = 0;  // step of the last --eval-every evaluation printed
-  std::set<uint64_t> bad_stats_;
-  std::set<uint64_t> draining_logged_;  // members whose draining is in the event log
   Clock::time_point last_runtime_stats_;
   MembershipUpdate last_membership_;  // the head's, as last forwarded
   std::string journal_error_;         // the last one said, so a full disk is said once
@@ -294,7 +282,7 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   record.newest = machine_.newest();
   record.world_of_newest = static_cast<uint32_t>(machine_.world_of_newest());
   record.checkpoint = machine_.checkpoint();
-  record.printed_epoch = printed_epoch_;
+  record.printed_epoch = presenter_.printed_epoch();
   record.run_dir = std::filesystem::path(events_.path()).parent_path().string();
   // A copy rank 0 could not load is no source any more, here or after a restart.
   if (!machine_.copy()) stored_copy_.reset();
@@ -352,17 +340,14 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
 }
 
 void ControllerActor::OnNewView(const runtime::MembershipView& view, const std::string& reason) {
-  if (view.generation <= printed_generation_ || machine_.finished()) return;
-  printed_generation_ = view.generation;
-  generation_ = view.generation;
-  world_ = view.members.size();
-  generation_seen_ = Clock::now();
-  first_step_seen_ = false;
+  if (!presenter_.AnnouncesView(view.generation, view.members.size(), machine_.finished(),
+                                Clock::now()))
+    return;
   const std::vector<uint64_t> ids = MemberIds(view);
-  Say("driver: generation " + std::to_string(generation_) + ": " + std::to_string(ids.size()) +
+  Say("driver: generation " + std::to_string(view.generation) + ": " + std::to_string(ids.size()) +
       " workers [" + Ids(ids) + "]");
-  events_.Append(run_event::View{generation_, ids, reason});
-  metrics_.OnGeneration(static_cast<int64_t>(generation_), static_cast<int64_t>(ids.size()));
+  events_.Append(run_event::View{view.generation, ids, reason});
+  metrics_.OnGeneration(static_cast<int64_t>(view.generation), static_cast<int64_t>(ids.size()));
 }
 
 void ControllerActor::OnTick() {
@@ -406,22 +391,14 @@ void ControllerActor::OnProgress(proto::Progress::Reader p) {
   report.lr = p.getLr();
   report.world = p.getWorld();
   metrics_.OnProgress(report);
-  // A new generation redoes part of the epoch with another world, so with
-  // another number of steps: the line starts over like a new epoch.
-  if (report.epoch != reported_epoch_ || report.generation != reported_generation_) {
-    reported_epoch_ = report.epoch;
-    reported_generation_ = report.generation;
+  if (presenter_.StartsProgressLine(report.epoch, report.generation))
     reporter_.StartEpoch(report.epoch + 1, train_.epochs, report.steps_in_epoch);
-  }
   reporter_.Step(report.step_in_epoch, report.step, static_cast<int64_t>(report.seen), report.loss,
                  report.accuracy, report.lr);
 }
 
 void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
-  // An epoch redone after a failure between its summary and its boundary
-  // commit reports twice; the first one stands.
-  if (e.getEpoch() <= printed_epoch_) return;
-  printed_epoch_ = e.getEpoch();
+  if (!presenter_.EpochSummaryStands(e.getEpoch())) return;
   char line[512];
   std::snprintf(line, sizeof(line),
                 "epoch %lld/%lld world %d | train loss %.4f %s | test loss %s %s | %s | %.1fs%s%s",
@@ -459,9 +436,7 @@ void ControllerActor::OnEpoch(proto::EpochSummary::Reader e) {
 }
 
 void ControllerActor::OnEvaluation(proto::Evaluation::Reader e) {
-  // Steps redone after a failure evaluate again; the first one stands.
-  if (e.getStep() <= printed_eval_step_) return;
-  printed_eval_step_ = e.getStep();
+  if (!presenter_.EvaluationStands(e.getStep())) return;
   EvaluationSummary summary;
   summary.step = e.getStep();
   summary.epoch = e.getEpoch();
@@ -523,19 +498,19 @@ void ControllerActor::OnSynced(proto::Synced::Reader s) {
 }
 
 void ControllerActor::OnFirstStep(proto::FirstStep::Reader f) {
-  if (first_step_seen_ || f.getGeneration() != generation_) return;
-  first_step_seen_ = true;
-  const double since_view =
-      f.getWallSeconds() - (WallNow() - Seconds(Clock::now() - generation_seen_));
+  const std::optional<Rescale> rescale =
+      presenter_.FirstStep(f.getGeneration(), f.getWallSeconds(), WallNow(), Clock::now());
+  if (!rescale) return;
   char line[256];
   std::snprintf(line, sizeof(line),
                 "driver: rescale: generation %llu (%zu workers, %s): first step %.3f s after the "
                 "membership change",
-                static_cast<unsigned long long>(generation_), world_, current_reason_.c_str(),
-                since_view);
+                static_cast<unsigned long long>(rescale->generation), rescale->world,
+                rescale->reason.c_str(), rescale->seconds_after_view);
   Say(line);
-  metrics_.OnRescale(since_view);
-  events_.Append(run_event::FirstStep{generation_, static_cast<int64_t>(world_), since_view});
+  metrics_.OnRescale(rescale->seconds_after_view);
+  events_.Append(run_event::FirstStep{rescale->generation, static_cast<int64_t>(rescale->world),
+                                      rescale->seconds_after_view});
 }
 
 void ControllerActor::OnCheckpoint(proto::CheckpointWritten::Reader written) {
@@ -555,8 +530,7 @@ void ControllerActor::OnDraining(proto::Draining::Reader draining) {
 }
 
 void ControllerActor::OnMemberDraining(uint64_t member) {
-  // The head repeats a draining member in every later update.
-  if (draining_logged_.insert(member).second) events_.Append(run_event::Draining{member});
+  if (presenter_.LogsDraining(member)) events_.Append(run_event::Draining{member});
   Feed(event::Draining{member});
 }
 
@@ -582,7 +556,7 @@ void ControllerActor::OnStats(proto::WorkerStats::Reader stats) {
   try {
     metrics_.OnWorkerStats(stats.getMemberId(), FromProto(stats));
   } catch (const std::invalid_argument& e) {
-    if (bad_stats_.insert(stats.getMemberId()).second)
+    if (presenter_.WarnsOfBadStats(stats.getMemberId()))
       Say(std::string("driver: warning: ") + e.what());
   }
 }
@@ -602,7 +576,7 @@ void ControllerActor::Carry(const action::Publish& publish) {
       if (FindMember(now, id) == nullptr) Feed(event::Gone{id, false});
     return Feed(event::ViewChanged{now.view.generation, MemberIds(now.view)});
   }
-  if (machine_.started() || generation_ > 0) {
+  if (presenter_.CountsMembershipChanges(machine_.started())) {
     size_t stayed = 0;
     for (const MemberInfo& member : before)
       stayed += std::count(publish.members.begin(), publish.members.end(), member.id);
@@ -621,7 +595,7 @@ void ControllerActor::Carry(const action::Publish& publish) {
 }
 
 void ControllerActor::Carry(const action::StartGeneration& start) {
-  current_reason_ = start.reason;
+  presenter_.GenerationStarting(start.reason);
   events_.Append(run_event::Generation{start.generation, start.members, start.source, start.reason,
                                        start.stop});
   if (start.source.kind != SourceKind::kMember && start.source.kind != SourceKind::kFresh) {
