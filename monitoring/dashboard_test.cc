@@ -83,6 +83,8 @@ testing::Exposition ScrapeAJob() {
   metrics.ObserveAllreduce(0.002, 4096);
   metrics.SetRankStepTime(0, 0.1);
   metrics.SetRankStepTime(1, 0.11);
+  metrics.SetRankShare(0, 85, 1200);
+  metrics.SetRankShare(1, 43, 600);
   metrics.AddRuntimeMessages(12);
   metrics.AddHeartbeatMisses(1);
   const testing::HttpResponse response = testing::HttpGet(exposer.url());
@@ -142,6 +144,8 @@ TEST(DashboardTest, HasThePanelsOperatorsLookFor) {
       {"World size over time", "elastic_world_size"},
       {"Allreduce latency quantiles", "histogram_quantile(0.99"},
       {"Rescale durations", "elastic_rescale_duration_seconds"},
+      {"Share of a step per rank", "elastic_rank_share_samples"},
+      {"Speed per rank", "elastic_rank_speed_samples_per_second"},
   };
   for (const auto& [title, needle] : required) {
     ASSERT_TRUE(exprs_by_title.count(title)) << "no panel '" << title << "'";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "monitoring/membership_reason.h"
@@ -35,9 +36,23 @@ struct WorldSizeChange {
   std::optional<MembershipChangeReason> reason;
 };
 
+// A new split of the step's samples, sized by the workers' speeds.
+struct ShareChange {
+  double seconds = 0;  // since the run started
+  int64_t generation = 0;
+  int64_t step_samples = 0;
+  struct Worker {
+    uint64_t member = 0;
+    int64_t share = 0;
+    double slowdown = 0;  // times slower than the median worker
+  };
+  std::vector<Worker> workers;  // in rank order
+};
+
 struct RunSeries {
   std::vector<EpochRecord> epochs;
   std::vector<WorldSizeChange> world;
+  std::vector<ShareChange> shares;
   double duration_seconds = 0;  // when the snapshot was taken
 };
 

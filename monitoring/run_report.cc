@@ -191,6 +191,23 @@ void EventTable(std::ostringstream& html, const RunSeries& run) {
   html << "</table>\n";
 }
 
+void SharesTable(std::ostringstream& html, const RunSeries& run) {
+  if (run.shares.empty()) return;
+  html << "<h2>Shares sized by speed</h2>\n<table class=\"events\">\n"
+       << "<tr><th>time (s)</th><th>generation</th><th>samples of a step by worker (times "
+          "slower than the median)</th></tr>\n";
+  for (const ShareChange& change : run.shares) {
+    std::string split;
+    for (const ShareChange::Worker& w : change.workers) {
+      split += (split.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w.member) +
+               ": " + std::to_string(w.share) + Format(" (%.1fx)", w.slowdown);
+    }
+    html << "<tr><td>" << Format("%.1f", change.seconds) << "</td><td>" << change.generation
+         << "</td><td>" << EscapeXml(split) << " of " << change.step_samples << "</td></tr>\n";
+  }
+  html << "</table>\n";
+}
+
 constexpr char kStyle[] = R"css(
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px auto; max-width: 760px; color: #222; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
@@ -215,6 +232,7 @@ std::string RenderRunReport(const RunSeries& run, const RunReportOptions& option
   }
   if (!run.world.empty()) html << WorldSizeChart(run);
   EventTable(html, run);
+  SharesTable(html, run);
   html << "</body>\n</html>\n";
   return html.str();
 }

@@ -105,7 +105,15 @@ TrainingMetrics::TrainingMetrics()
       rank_step_time_(prometheus::BuildGauge()
                           .Name("elastic_rank_step_duration_seconds")
                           .Help("Wall time of the last training step, per rank")
-                          .Register(*registry_)) {
+                          .Register(*registry_)),
+      rank_share_(prometheus::BuildGauge()
+                      .Name("elastic_rank_share_samples")
+                      .Help("Samples of a step this rank trains (shares sized by speed)")
+                      .Register(*registry_)),
+      rank_speed_(prometheus::BuildGauge()
+                      .Name("elastic_rank_speed_samples_per_second")
+                      .Help("Samples a second of this rank's own work, as shares were last planned")
+                      .Register(*registry_)) {
   // Every reason exists from the start at 0, so rate() and increase() see the
   // first change instead of a series that appears out of nowhere.
   for (MembershipChangeReason reason : kAllMembershipChangeReasons) {
@@ -203,23 +211,41 @@ void TrainingMetrics::SetRankStepTime(int64_t rank, double seconds) {
   RequireNonNegative("rank", static_cast<double>(rank));
   RequireNonNegative("step time", seconds);
   std::lock_guard<std::mutex> lock(rank_mutex_);
-  prometheus::Gauge*& row = rank_rows_[rank];
-  if (row == nullptr) row = &rank_step_time_.Add({{"rank", std::to_string(rank)}});
-  row->Set(seconds);
+  prometheus::Gauge*& gauge = rank_rows_[rank].step_time;
+  if (gauge == nullptr) gauge = &rank_step_time_.Add({{"rank", std::to_string(rank)}});
+  gauge->Set(seconds);
+}
+
+void TrainingMetrics::SetRankShare(int64_t rank, int64_t share, double samples_per_second) {
+  RequireNonNegative("rank", static_cast<double>(rank));
+  RequireNonNegative("share", static_cast<double>(share));
+  RequireNonNegative("speed", samples_per_second);
+  std::lock_guard<std::mutex> lock(rank_mutex_);
+  RankRow& row = rank_rows_[rank];
+  if (row.share == nullptr) row.share = &rank_share_.Add({{"rank", std::to_string(rank)}});
+  if (row.speed == nullptr) row.speed = &rank_speed_.Add({{"rank", std::to_string(rank)}});
+  row.share->Set(static_cast<double>(share));
+  row.speed->Set(samples_per_second);
+}
+
+void TrainingMetrics::RemoveRow(const RankRow& row) {
+  if (row.step_time != nullptr) rank_step_time_.Remove(row.step_time);
+  if (row.share != nullptr) rank_share_.Remove(row.share);
+  if (row.speed != nullptr) rank_speed_.Remove(row.speed);
 }
 
 void TrainingMetrics::RemoveRank(int64_t rank) {
   std::lock_guard<std::mutex> lock(rank_mutex_);
   auto it = rank_rows_.find(rank);
   if (it == rank_rows_.end()) return;
-  rank_step_time_.Remove(it->second);
+  RemoveRow(it->second);
   rank_rows_.erase(it);
 }
 
 void TrainingMetrics::RetainRanks(int64_t world_size) {
   std::lock_guard<std::mutex> lock(rank_mutex_);
   for (auto it = rank_rows_.lower_bound(world_size < 0 ? 0 : world_size); it != rank_rows_.end();) {
-    rank_step_time_.Remove(it->second);
+    RemoveRow(it->second);
     it = rank_rows_.erase(it);
   }
 }

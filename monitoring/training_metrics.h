@@ -75,6 +75,9 @@ class TrainingMetrics {
 
   // --- Per rank. One row per live rank, labelled rank="N".
   void SetRankStepTime(int64_t rank, double seconds);
+  // The rank's share of a step (samples) and its speed (samples a second of
+  // its own work), as the last plan of shares sized by speed set them.
+  void SetRankShare(int64_t rank, int64_t share, double samples_per_second);
   // Drops the row of a rank that left...
   void RemoveRank(int64_t rank);
   // ...or of every rank >= world_size after a rescale renumbered them.
@@ -113,7 +116,15 @@ class TrainingMetrics {
   // rank -> row map and the family in step.
   std::mutex rank_mutex_;
   prometheus::Family<prometheus::Gauge>& rank_step_time_;
-  std::map<int64_t, prometheus::Gauge*> rank_rows_;
+  prometheus::Family<prometheus::Gauge>& rank_share_;
+  prometheus::Family<prometheus::Gauge>& rank_speed_;
+  struct RankRow {  // each made when first set
+    prometheus::Gauge* step_time = nullptr;
+    prometheus::Gauge* share = nullptr;
+    prometheus::Gauge* speed = nullptr;
+  };
+  std::map<int64_t, RankRow> rank_rows_;
+  void RemoveRow(const RankRow& row);
 };
 
 }  // namespace elastic::monitoring

@@ -169,6 +169,25 @@ TEST(TrainingMetricsTest, RankRowsFollowTheLiveRanks) {
   EXPECT_EQ(Scrape(metrics).Value("elastic_rank_step_duration_seconds", {{"rank", "3"}}), 0.5);
 }
 
+TEST(TrainingMetricsTest, RankSharesAndSpeedsFollowTheLiveRanks) {
+  TrainingMetrics metrics;
+  metrics.SetRankShare(0, 85, 1200.5);
+  metrics.SetRankShare(1, 43, 600.25);
+  Exposition e = Scrape(metrics);
+  EXPECT_EQ(e.Value("elastic_rank_share_samples", {{"rank", "0"}}), 85);
+  EXPECT_EQ(e.Value("elastic_rank_share_samples", {{"rank", "1"}}), 43);
+  EXPECT_EQ(e.Value("elastic_rank_speed_samples_per_second", {{"rank", "1"}}), 600.25);
+  metrics.SetRankShare(1, 64, 1100);  // re-planned
+  EXPECT_EQ(Scrape(metrics).Value("elastic_rank_share_samples", {{"rank", "1"}}), 64);
+  metrics.RetainRanks(1);  // the world shrank: rank 1's rows go, all of them
+  e = Scrape(metrics);
+  EXPECT_FALSE(e.Value("elastic_rank_share_samples", {{"rank", "1"}}).has_value());
+  EXPECT_FALSE(e.Value("elastic_rank_speed_samples_per_second", {{"rank", "1"}}).has_value());
+  EXPECT_EQ(e.Value("elastic_rank_share_samples", {{"rank", "0"}}), 85);
+  EXPECT_THROW(metrics.SetRankShare(0, -1, 5), std::invalid_argument);
+  EXPECT_THROW(metrics.SetRankShare(0, 1, -5), std::invalid_argument);
+}
+
 TEST(TrainingMetricsTest, CountersAccumulate) {
   TrainingMetrics metrics;
   metrics.AddSamplesProcessed(128);

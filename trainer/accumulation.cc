@@ -1,5 +1,6 @@
 #include "trainer/accumulation.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +49,17 @@ SummingGradientHook::SummingGradientHook(const std::vector<torch::Tensor>& param
 
 void SummingGradientHook::BeforeBackward(bool last) { reducer_.SetSync(last); }
 
-void SummingGradientHook::AfterBackward(const std::vector<torch::Tensor>&) { reducer_.Finish(); }
+void SummingGradientHook::AfterBackward(const std::vector<torch::Tensor>&) {
+  const auto start = std::chrono::steady_clock::now();
+  reducer_.Finish();
+  waited_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double SummingGradientHook::TakeWaitedSeconds() {
+  const double waited = waited_seconds_;
+  waited_seconds_ = 0;
+  return waited;
+}
 
 }  // namespace elastic::trainer

@@ -42,8 +42,14 @@ class SummingGradientHook : public GradientHook {
   void BeforeBackward(bool last) override;
   void AfterBackward(const std::vector<torch::Tensor>& params) override;
 
+  // Seconds spent waiting for the sum after the last backward pass, since
+  // the last call: the others' gradients and the transfer. A step's time less
+  // this is the rank's own work (shares.h sizes shares by it).
+  double TakeWaitedSeconds();
+
  private:
   collectives::GradientReducer reducer_;
+  double waited_seconds_ = 0;
 };
 
 }  // namespace elastic::trainer

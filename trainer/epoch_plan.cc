@@ -1,5 +1,10 @@
 #include "trainer/epoch_plan.h"
 
+#include <numeric>
+#include <stdexcept>
+
+#include "trainer/shares.h"
+
 namespace elastic::trainer {
 
 StepShape ShapeSteps(int64_t global_batch, int64_t batch_size, int world, int rank) {
@@ -7,7 +12,15 @@ StepShape ShapeSteps(int64_t global_batch, int64_t batch_size, int world, int ra
   shape.world = world;
   shape.rank = rank;
   shape.step_samples = global_batch > 0 ? global_batch : world * batch_size;
-  shape.share = ElasticSampler::Share(shape.step_samples, rank, world);
+  return WithShares(shape, EvenShares(shape.step_samples, world));
+}
+
+StepShape WithShares(StepShape shape, const std::vector<int64_t>& shares) {
+  if (shares.size() != static_cast<size_t>(shape.world) ||
+      std::accumulate(shares.begin(), shares.end(), int64_t{0}) != shape.step_samples)
+    throw std::invalid_argument("epoch plan: shares that are not a split of the step");
+  shape.shares = shares;
+  shape.share = shares[static_cast<size_t>(shape.rank)];
   return shape;
 }
 
@@ -18,7 +31,7 @@ std::vector<int64_t> RankSamples(const ElasticSampler& sampler,
   for (int64_t pos = position; pos < sampler.dataset_size();
        pos = sampler.NextPosition(pos, shape.step_samples)) {
     const std::vector<int64_t> step =
-        sampler.StepIndices(permutation, pos, shape.rank, shape.world, shape.step_samples);
+        sampler.StepIndices(permutation, pos, shape.rank, shape.shares);
     mine.insert(mine.end(), step.begin(), step.end());
   }
   return mine;

@@ -29,12 +29,17 @@ struct TrainingLimits {
 struct StepShape {
   int world = 1;
   int rank = 0;
-  int64_t step_samples = 1;  // samples of a full step, all ranks together
-  int64_t share = 0;         // this rank's samples of a full step (0 when world > step_samples)
+  int64_t step_samples = 1;     // samples of a full step, all ranks together
+  int64_t share = 0;            // this rank's samples of a full step (0 when world > step_samples)
+  std::vector<int64_t> shares;  // every rank's, summing to step_samples
 };
 
-// --global-batch samples a step whatever the world, else --batch-size per rank.
+// --global-batch samples a step whatever the world, else --batch-size per
+// rank (the mean share once shares are sized by speed); split evenly.
 StepShape ShapeSteps(int64_t global_batch, int64_t batch_size, int world, int rank);
+
+// `shape` with its full steps split as `shares` (a rank each, summing to its step_samples).
+StepShape WithShares(StepShape shape, const std::vector<int64_t>& shares);
 
 // Every sample this rank trains on from `position` to the end of the epoch
 // whose permutation is `permutation`, step after step: what its loader is

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -80,6 +81,64 @@ TEST(EpochPlanTest, RankSamplesAreTheRanksStepSharesInOrder) {
     // The ranks together train the rest of the epoch, each sample once.
     EXPECT_EQ(all, std::multiset<int64_t>(perm.begin() + c.position, perm.end()));
   }
+}
+
+// Shares sized by speed change at commits, worlds change at faults and
+// joins: whatever the split, the ranks together train every sample of the
+// epoch exactly once, the short last step included.
+TEST(EpochPlanTest, EverySampleOnceThroughRePlansAndResizes) {
+  struct Segment {
+    int world;
+    std::vector<int64_t> shares;  // empty: the even split
+    int steps;                    // then a commit re-plans or the world changes
+  };
+  const int64_t size = 1003, global_batch = 24;
+  const Segment segments[] = {
+      {2, {}, 3},           {2, {16, 8}, 5},       {2, {20, 4}, 4}, {3, {}, 2},
+      {3, {12, 4, 8}, 6},   {4, {1, 1, 1, 21}, 3}, {1, {}, 2},      {4, {6, 6, 6, 6}, 2},
+      {3, {22, 1, 1}, 100},  // to the end of the epoch (a short last step of 19)
+  };
+  const ElasticSampler sampler(size, 11);
+  const std::vector<int64_t> perm = sampler.Permutation(4);
+  std::multiset<int64_t> trained;
+  int64_t position = 0;
+  for (const Segment& segment : segments) {
+    for (int step = 0; step < segment.steps && position < size; ++step) {
+      for (int rank = 0; rank < segment.world; ++rank) {
+        StepShape shape = ShapeSteps(global_batch, 8, segment.world, rank);
+        if (!segment.shares.empty()) shape = WithShares(shape, segment.shares);
+        const std::vector<int64_t> mine = sampler.StepIndices(perm, position, rank, shape.shares);
+        if (position + global_batch <= size)
+          EXPECT_EQ(static_cast<int64_t>(mine.size()), shape.share);
+        trained.insert(mine.begin(), mine.end());
+        // The loader's view of the rest of the epoch starts with this step's share.
+        const std::vector<int64_t> rest = RankSamples(sampler, perm, position, shape);
+        ASSERT_GE(rest.size(), mine.size());
+        EXPECT_TRUE(std::equal(mine.begin(), mine.end(), rest.begin()));
+      }
+      position = sampler.NextPosition(position, global_batch);
+    }
+  }
+  ASSERT_EQ(position, size);
+  EXPECT_EQ(trained, std::multiset<int64_t>(perm.begin(), perm.end()));
+}
+
+TEST(EpochPlanTest, AShortLastStepIsSplitInProportionToTheShares) {
+  const ElasticSampler sampler(30, 1);
+  const std::vector<int64_t> perm = sampler.Permutation(0);
+  // 24 a step as 18 + 6: the last 6 samples go 4.5 : 1.5, rounded 5 + 1.
+  EXPECT_EQ(sampler.StepIndices(perm, 24, 0, {18, 6}).size(), 5u);
+  EXPECT_EQ(sampler.StepIndices(perm, 24, 1, {18, 6}).size(), 1u);
+  // Even shares split it evenly, as before shares were sized.
+  EXPECT_EQ(sampler.StepIndices(perm, 24, 0, {12, 12}).size(), 3u);
+  EXPECT_EQ(sampler.StepIndices(perm, 24, 1, {12, 12}), sampler.StepIndices(perm, 24, 1, 2, 24));
+}
+
+TEST(EpochPlanTest, WithSharesRefusesWhatIsNotASplitOfTheStep) {
+  const StepShape shape = ShapeSteps(24, 8, 2, 1);
+  EXPECT_EQ(WithShares(shape, {20, 4}).share, 4);
+  EXPECT_THROW(WithShares(shape, {20, 5}), std::invalid_argument);
+  EXPECT_THROW(WithShares(shape, {24}), std::invalid_argument);
 }
 
 TEST(EpochPlanTest, TrainingFinished) {

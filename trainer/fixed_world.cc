@@ -1,7 +1,11 @@
 #include "trainer/fixed_world.h"
 
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "trainer/shares.h"
 
 namespace elastic::trainer {
 namespace {
@@ -60,6 +64,13 @@ void FixedWorld::OnEpochEnd(const EpochSummary& summary) {
 void FixedWorld::OnEvaluation(const EvaluationSummary& summary) {
   epoch_eval_seconds_ += summary.seconds;
   reporter_.Evaluated(summary);
+}
+
+void FixedWorld::OnShares(const ShareReport& report) {
+  std::vector<std::string> names;
+  for (int r = 0; r < size_; ++r) names.push_back("rank " + std::to_string(r));
+  reporter_.Note(
+      DescribeShares(report.shares, report.slowdowns, report.step_samples, names).c_str());
 }
 
 double FixedWorld::train_images_per_second() const {

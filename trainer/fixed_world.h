@@ -32,6 +32,7 @@ class FixedWorld : public World {
   void OnProgress(const StepReport& report) override;
   void OnEpochEnd(const EpochSummary& summary) override;
   void OnEvaluation(const EvaluationSummary& summary) override;
+  void OnShares(const ShareReport& report) override;
   void OnFinished(const StatePoint& at, double metric, bool early_stopped) override;
 
   // Where rank 0's lines go (a null sink on the other ranks).

@@ -1,8 +1,11 @@
 #include "trainer/sampler.h"
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+
+#include "trainer/shares.h"
 
 namespace elastic::trainer {
 namespace {
@@ -51,12 +54,29 @@ std::vector<int64_t> ElasticSampler::StepIndices(const std::vector<int64_t>& per
                                                  int64_t position, int rank, int world,
                                                  int64_t step_samples) const {
   CheckWorld(rank, world, step_samples);
+  return StepIndices(permutation, position, rank, EvenShares(step_samples, world));
+}
+
+std::vector<int64_t> ElasticSampler::StepIndices(const std::vector<int64_t>& permutation,
+                                                 int64_t position, int rank,
+                                                 const std::vector<int64_t>& shares) const {
+  const int world = static_cast<int>(shares.size());
+  const int64_t step_samples = std::accumulate(shares.begin(), shares.end(), int64_t{0});
+  CheckWorld(rank, world, step_samples);
+  if (std::any_of(shares.begin(), shares.end(), [](int64_t s) { return s < 0; }))
+    throw std::invalid_argument("sampler: a negative share");
   if (position < 0 || position >= dataset_size_) return {};
   const int64_t samples = std::min(step_samples, dataset_size_ - position);
-  // Ranks before r take base + 1 (the first `extra`) or base samples each.
-  const int64_t base = samples / world, extra = samples % world;
-  const int64_t begin = position + rank * base + std::min<int64_t>(rank, extra);
-  const int64_t count = Share(samples, rank, world);
+  std::vector<int64_t> split = shares;
+  if (samples < step_samples) {
+    // The even split of a short step is the even split of what is left (the
+    // ranks' shares as before speeds were measured, to the sample).
+    const bool even = shares == EvenShares(step_samples, world);
+    split = even ? EvenShares(samples, world)
+                 : Apportion(samples, std::vector<double>(shares.begin(), shares.end()));
+  }
+  const int64_t begin = position + std::accumulate(split.begin(), split.begin() + rank, int64_t{0});
+  const int64_t count = split[static_cast<size_t>(rank)];
   return std::vector<int64_t>(permutation.begin() + begin, permutation.begin() + begin + count);
 }
 

@@ -5,10 +5,10 @@
 // only. Progress through it is a single number, the position: how many samples
 // of the permutation the job has consumed. An optimizer step consumes the next
 // S samples (S = W*B for W ranks of per-rank batch B, or S = --global-batch
-// whatever W is), split into W contiguous slices whose sizes differ by at most
-// one; rank r takes the r-th. Because the state is only (epoch, position), a new world restored
-// from a commit continues exactly where the commit left off and every sample of the epoch is used
-// exactly once, whatever joins, leaves or fails in between.
+// whatever W is), split into W contiguous slices, evenly (sizes differing by
+// at most one) or by the ranks' speeds (shares.h); rank r takes the r-th. Because the state is only
+// (epoch, position), a new world restored from a commit continues exactly where the commit left off
+// and every sample of the epoch is used exactly once, whatever joins, leaves or fails in between.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,13 @@ class ElasticSampler {
   // epoch): the rank's slice of Share(samples, rank, world).
   std::vector<int64_t> StepIndices(const std::vector<int64_t>& permutation, int64_t position,
                                    int rank, int world, int64_t step_samples) const;
+
+  // The same when a full step is split as `shares` (a rank each, summing to
+  // the step's samples; shares.h sizes them by speed): rank r's slice starts
+  // after the shares of ranks 0..r-1. A shorter last step is apportioned in
+  // proportion to the shares (evenly, as above, when they are even).
+  std::vector<int64_t> StepIndices(const std::vector<int64_t>& permutation, int64_t position,
+                                   int rank, const std::vector<int64_t>& shares) const;
 
   // The position after that step.
   int64_t NextPosition(int64_t position, int64_t step_samples) const;

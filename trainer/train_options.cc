@@ -131,6 +131,15 @@ void RegisterTrainFlags(FlagSet& f, TrainOptions& o) {
               "Label smoothing of the cross-entropy loss, in [0, 1).");
   f.AddDouble("clip-grad", &o.clip_grad,
               "Clip the global L2 norm of the gradients to this value; 0: off.");
+  f.AddBool("balance", &o.balance,
+            "Size each worker's share of a step by its measured speed, re-planned at commits "
+            "from the workers' own step times (docs/elastic.md, \"Shares sized by speed\"), "
+            "so that a slow worker no longer sets everyone's pace. The global batch, the "
+            "learning rate and each sample's weight stay as they are; per-worker --batch-size "
+            "then means the mean share (a step is --batch-size x workers), and a share above "
+            "--batch-size is trained in micro-batches of at most --batch-size. Identical "
+            "workers keep the even split. --no-balance: always the even split, for runs "
+            "that must be bit-reproducible whatever the machines' speeds.");
   f.AddBool("augment", &o.augment,
             "Random crop (4-pixel padding) and horizontal flip of training images.");
   f.AddString("precision", &o.precision,

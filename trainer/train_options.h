@@ -61,6 +61,7 @@ struct TrainOptions {
   double label_smoothing = 0;
   double clip_grad = 0;  // max global gradient norm; 0: off
   bool augment = true;
+  bool balance = true;  // --balance: shares of a step sized by speed
   int64_t seed = 0;
 
   // Arithmetic (trainer/precision.h): autocast's precision and the memory

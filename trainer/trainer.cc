@@ -127,6 +127,7 @@ LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithme
   c.batch_size = o.batch_size;
   c.test_size = Limit(task.test->size(), o.test_samples);
   c.augment = o.augment;
+  c.balance = o.balance;
   c.loader_threads = o.loader_threads;
   c.precision = arithmetic.precision;
   c.channels_last = arithmetic.channels_last;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -63,6 +64,10 @@ TrainingLoop::TrainingLoop(const Task& task, const LoopConfig& config, Learner& 
       state_(state),
       world_(world),
       sampler_(config.limits.train_size, learner.seed()),
+      // Each rank loads its share of a step as one batch and trains it in
+      // micro-batches of at most --batch-size, so the update is that of one
+      // batch of step_samples (accumulation.h).
+      shape_(ShapeSteps(config.global_batch, config.batch_size, world.size(), world.rank())),
       last_eval_(task.objective->num_classes()) {
   if (world_.data() != nullptr)
     hook_ = std::make_unique<SummingGradientHook>(learner_.parameters(), *world_.data());
@@ -119,45 +124,42 @@ uint64_t TrainingLoop::CheckRanksAgree(const char* when) {
 }
 
 TrainingLoop::End TrainingLoop::Run() {
-  // Each rank loads its share of a step as one batch and trains it in
-  // micro-batches of at most --batch-size, so the update is that of one batch
-  // of step_samples (accumulation.h).
-  const StepShape shape =
-      ShapeSteps(config_.global_batch, config_.batch_size, world_.size(), world_.rank());
   const TrainingProgress& p = learner_.progress();
   bool first_step = true;
   while (!Finished()) {
     if (EpochTrained(config_.limits, p.position)) {
-      const Boundary boundary = EpochBoundary(shape);
+      const Boundary boundary = EpochBoundary(shape_);
       if (boundary == Boundary::kStop) return End::kStopped;
       if (boundary == Boundary::kFinish) break;
       continue;
     }
     // Train the rest of the epoch (or up to the next stop).
-    EpochRun run = StartEpochRun(shape);
+    EpochRun run = StartEpochRun(shape_);
     int64_t steps_since_commit = 0;
     while (StepsRemain(config_.limits, Point())) {
-      const std::vector<int64_t> indices = sampler_.StepIndices(
-          run.permutation, p.position, shape.rank, shape.world, shape.step_samples);
-      const StepStats stats = TrainStep(run, shape, indices);
+      const std::vector<int64_t> indices =
+          sampler_.StepIndices(run.permutation, p.position, shape_.rank, shape_.shares);
+      const StepStats stats = TrainStep(run, shape_, indices);
       if (trace_) trace_->AfterStep(p.step, stats, learner_);
       // Before the commit, which may stop this world: the next one goes on
       // after this step and would not evaluate it.
-      if (EvaluationDue(config_.limits, Point())) EvaluateInsideEpoch(shape);
+      if (EvaluationDue(config_.limits, Point())) EvaluateInsideEpoch(shape_);
       bool stop = false;
       if (CommitDue(config_.limits, Point(), ++steps_since_commit)) {
         steps_since_commit = 0;
         stop = CommitPoint(CommitAt::kStep);
       }
-      ReportProgress(run, shape, stats.lr, first_step);
+      ReportProgress(run, shape_, stats.lr, first_step);
       first_step = false;
       if (stop) return End::kStopped;
+      // The loader's batches ahead were cut for the old split.
+      if (shares_changed_ && StepsRemain(config_.limits, Point())) StartLoader(run, shape_);
     }
   }
   // --max-steps ended the job inside an epoch, or at its last step: that
   // epoch is evaluated and summarised as --help promises, and ended if it was
   // trained (EpochBoundary ends nothing it did not train).
-  if (!state_.stopped_early && p.position > 0) EpochBoundary(shape);
+  if (!state_.stopped_early && p.position > 0) EpochBoundary(shape_);
   FinishTraining();
   return End::kFinished;
 }
@@ -166,6 +168,14 @@ TrainingLoop::EpochRun TrainingLoop::StartEpochRun(const StepShape& shape) {
   const TrainingProgress& p = learner_.progress();
   EpochRun run;
   run.permutation = sampler_.Permutation(static_cast<uint64_t>(p.epoch));
+  StartLoader(run, shape);
+  run.steps_in_epoch = sampler_.StepsLeft(0, shape.step_samples);
+  world_.OnEpochStart(p.epoch, run.steps_in_epoch);
+  return run;
+}
+
+void TrainingLoop::StartLoader(EpochRun& run, const StepShape& shape) {
+  const TrainingProgress& p = learner_.progress();
   LoaderOptions options;
   options.batch_size = std::max<int64_t>(1, shape.share);  // one step's share per batch
   options.augment = config_.augment;
@@ -175,9 +185,7 @@ TrainingLoop::EpochRun TrainingLoop::StartEpochRun(const StepShape& shape) {
   run.loader = std::make_unique<Loader>(task_.train, options);
   run.loader->Start(RankSamples(sampler_, run.permutation, p.position, shape),
                     static_cast<uint64_t>(p.epoch));
-  run.steps_in_epoch = sampler_.StepsLeft(0, shape.step_samples);
-  world_.OnEpochStart(p.epoch, run.steps_in_epoch);
-  return run;
+  shares_changed_ = false;
 }
 
 StepStats TrainingLoop::TrainStep(EpochRun& run, const StepShape& shape,
@@ -194,6 +202,12 @@ StepStats TrainingLoop::TrainStep(EpochRun& run, const StepShape& shape,
   const StepStats stats = learner_.Step(micro, epochs_done, hook_.get());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // The rank's own work: the step less its wait for the others' gradients.
+  const double waited = hook_ ? hook_->TakeWaitedSeconds() : 0.0;
+  pace_.samples += static_cast<double>(indices.size());
+  pace_.busy_seconds += std::max(0.0, seconds - waited);
+  pace_.waited_seconds += waited;
+  ++pace_.steps;
   world_.AfterStep(seconds);
   p.position = sampler_.NextPosition(p.position, shape.step_samples);
   ++p.step;
@@ -235,10 +249,21 @@ std::vector<MicroBatch> TrainingLoop::LoadStep(EpochRun& run, const std::vector<
 }
 
 bool TrainingLoop::CommitPoint(CommitAt at) {
-  double control[5] = {pending_.loss, pending_.metric, pending_.seen, pending_.seconds, 0};
+  // Five sums and, to plan the shares, each rank's pace in three slots of its
+  // own (the others' zeros): one allreduce carries both.
+  const bool balance = config_.balance && world_.size() > 1;
+  std::vector<double> control = {pending_.loss, pending_.metric, pending_.seen, pending_.seconds,
+                                 0};
   if (world_.rank() == 0 && world_.StopRequested(at)) control[4] = 1;
+  if (balance) {
+    const size_t mine = 5 + 3 * static_cast<size_t>(world_.rank());
+    control.resize(5 + 3 * static_cast<size_t>(world_.size()), 0.0);
+    control[mine] = pace_.samples;
+    control[mine + 1] = pace_.busy_seconds;
+    control[mine + 2] = pace_.waited_seconds;
+  }
   if (Communicator* comm = world_.control())
-    comm->Allreduce(control, 5, DataType::kFloat64, ReduceOp::kSum);
+    comm->Allreduce(control.data(), control.size(), DataType::kFloat64, ReduceOp::kSum);
   Commit& commit = state_.commit;
   commit.loss_sum += control[0];
   commit.metric_sum += control[1];
@@ -255,7 +280,49 @@ bool TrainingLoop::CommitPoint(CommitAt at) {
   }
   const bool stop = control[4] > 0;
   world_.OnCommit({Point(), stop, keep, &commit});
+  if (balance) ReplanShares(control.data() + 5);
   return stop;
+}
+
+void TrainingLoop::ReplanShares(const double* gathered) {
+  std::vector<RankPace> paces(static_cast<size_t>(shape_.world));
+  // The gradient sum alone: the least any rank waited for it (the last one
+  // to finish its backward pass waits only for the transfer).
+  double allreduce_seconds = gathered[2];
+  for (size_t r = 0; r < paces.size(); ++r) {
+    paces[r] = {gathered[3 * r], gathered[3 * r + 1]};
+    allreduce_seconds = std::min(allreduce_seconds, gathered[3 * r + 2]);
+  }
+  if (!PacesCoverWindow(paces, config_.share_rule)) return;  // measured over more steps
+  if (pace_.steps > 0) allreduce_seconds /= static_cast<double>(pace_.steps);
+  pace_ = Pace();
+  if (config_.let_go.below > 0) {
+    const int slow =
+        RankToLetGo({paces, allreduce_seconds}, shape_.step_samples, config_.let_go, slow_streak_);
+    if (slow >= 0) {
+      char why[160];
+      std::snprintf(why, sizeof(why),
+                    "%.1fx slower than the median for %d plans, and a step of %d workers "
+                    "without it is faster",
+                    Slowdowns(paces)[static_cast<size_t>(slow)], config_.let_go.commits,
+                    shape_.world - 1);
+      world_.OnLetGo(slow, why);
+    }
+  }
+  // Every rank plans from the same numbers, so all agree on the split.
+  const std::vector<int64_t> planned =
+      PlanShares(shape_.shares, paces, shape_.step_samples, config_.share_rule);
+  if (planned == shape_.shares) return;
+  shape_ = WithShares(shape_, planned);
+  shares_changed_ = true;
+  if (world_.rank() != 0) return;
+  ShareReport report;
+  report.at = Point();
+  report.step_samples = shape_.step_samples;
+  report.shares = planned;
+  for (const RankPace& pace : paces) report.speeds.push_back(pace.speed());
+  report.slowdowns = Slowdowns(paces);
+  world_.OnShares(report);
 }
 
 void TrainingLoop::ReportProgress(const EpochRun& run, const StepShape& shape, double lr,

@@ -30,6 +30,7 @@
 #include "trainer/objective.h"
 #include "trainer/precision.h"
 #include "trainer/sampler.h"
+#include "trainer/shares.h"
 #include "trainer/state_trace.h"
 #include "trainer/task.h"
 #include "trainer/world.h"
@@ -51,6 +52,13 @@ struct LoopConfig {
   std::string arithmetic;      // "bf16, channels-last": the epoch lines' tail
   std::string checkpoint_dir;  // empty: no checkpoints
   std::string trace_dir;       // --trace-dir (state_trace.h); empty: no trace
+  // --balance: each rank's share of a step sized by its speed, re-planned at
+  // commits (shares.h); false: the even split.
+  bool balance = true;
+  ShareRule share_rule;
+  // Letting a worker too slow to be worth keeping go (an elastic world's
+  // --let-go-below; below 0: never, as a fixed world cannot shrink).
+  LetGoRule let_go{0.0, 3};
 };
 
 // What outlives one world.
@@ -91,10 +99,16 @@ class TrainingLoop {
   bool Finished() const;
   StatePoint Point() const;
   EpochRun StartEpochRun(const StepShape& shape);
+  // Starts the run's loader on this rank's samples from the current position.
+  void StartLoader(EpochRun& run, const StepShape& shape);
   StepStats TrainStep(EpochRun& run, const StepShape& shape, const std::vector<int64_t>& indices);
   std::vector<MicroBatch> LoadStep(EpochRun& run, const std::vector<int64_t>& indices,
                                    int64_t step_total);
   bool CommitPoint(CommitAt at);
+  // Plans the shares from every rank's pace (`gathered`: three values a rank,
+  // as CommitPoint summed them); a new split is used from the next step. A
+  // rank too slow to keep is told to go (World::OnLetGo).
+  void ReplanShares(const double* gathered);
   void ReportProgress(const EpochRun& run, const StepShape& shape, double lr, bool first);
   Boundary EpochBoundary(const StepShape& shape);
   // --eval-every: evaluates inside the epoch, changing nothing that training uses.
@@ -125,6 +139,16 @@ class TrainingLoop {
     double step_samples = 0;                             // all ranks' samples
   };
   Pending pending_;
+  // How this world's steps are split; the shares change at commits.
+  StepShape shape_;
+  // This rank's pace since the shares were last planned.
+  struct Pace {
+    double samples = 0, busy_seconds = 0, waited_seconds = 0;
+    int64_t steps = 0;
+  };
+  std::vector<int> slow_streak_;  // RankToLetGo's, for this world
+  Pace pace_;
+  bool shares_changed_ = false;  // since the run's loader started
   EvalResult last_eval_;
 };
 

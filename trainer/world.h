@@ -41,6 +41,15 @@ struct CommitReport {
   const Commit* commit;  // the epoch's sums so far and, with `state`, the state
 };
 
+// At a commit whose plan changed how a step is split (shares.h): rank 0's.
+struct ShareReport {
+  StatePoint at;
+  int64_t step_samples = 0;
+  std::vector<int64_t> shares;    // a rank each, from now on
+  std::vector<double> speeds;     // samples a second of each rank's own work
+  std::vector<double> slowdowns;  // times slower than the median rank
+};
+
 class World {
  public:
   virtual ~World() = default;
@@ -74,6 +83,12 @@ class World {
   virtual void AfterStep(double seconds) {}
   virtual void OnProgress(const StepReport& report) {}
   virtual void OnCommit(const CommitReport& report) {}
+  // Rank 0, after a commit that re-planned the shares.
+  virtual void OnShares(const ShareReport& report) {}
+  // Every rank, at a plan that found rank `rank` too slow to be worth
+  // keeping (shares.h, RankToLetGo); `why` says so. That rank leaves as a
+  // graceful leave does. A fixed world is never told.
+  virtual void OnLetGo(int rank, const std::string& why) {}
   // Rank 0, after each epoch's evaluation.
   virtual void OnEpochEnd(const EpochSummary& summary) {}
   // Rank 0, after an evaluation inside an epoch (--eval-every).

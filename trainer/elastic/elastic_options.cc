@@ -51,6 +51,12 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddDouble("drain-timeout", &o.drain_timeout,
               "elastic: with --admit-at=epoch, seconds a worker told to leave (SIGTERM) waits "
               "for the epoch boundary before it leaves at the next commit");
+  f.AddDouble("let-go-below", &o.let_go_below,
+              "elastic: a worker whose speed stays below this fraction of the median worker's "
+              "for 3 plans of the shares in a row (--balance) leaves at the next commit, as a "
+              "graceful leave (said, counted, not blacklisted), when a step without it is "
+              "faster: what its samples add is less than what its part of the gradient "
+              "allreduce costs every worker (docs/elastic.md). 0: never");
   f.AddDouble("rendezvous-timeout", &o.rendezvous_timeout,
               "elastic: seconds to wait below --min-workers before stopping with a checkpoint; "
               "also how long a worker whose communicator could not be built waits for a new "

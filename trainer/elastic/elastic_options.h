@@ -26,7 +26,8 @@ struct ElasticOptions {
   int64_t min_workers = 1;
   int64_t max_workers = 0;  // 0: no limit
   int64_t commit_every = 20;
-  double drain_timeout = 30;  // seconds
+  double drain_timeout = 30;   // seconds
+  double let_go_below = 0.25;  // --let-go-below: of the median speed; 0: never
   // "commit": joins and graceful leaves take effect at the next commit;
   // "epoch": at the next epoch boundary. commit is the default: a joiner waits
   // --commit-every steps, not up to an epoch (on the p3 trace, with 4-second

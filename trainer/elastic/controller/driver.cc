@@ -51,6 +51,7 @@
 #include "trainer/elastic/protocol/job_spec.h"
 #include "trainer/model_export.h"
 #include "trainer/progress.h"
+#include "trainer/shares.h"
 
 namespace elastic::trainer {
 namespace {
@@ -211,10 +212,12 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   void OnCheckpoint(proto::CheckpointWritten::Reader written) override;
   void OnFault(proto::Fault::Reader f) override;
   void OnDraining(proto::Draining::Reader draining) override;
-  void OnMemberDraining(uint64_t member);
+  // `reason`: why it leaves, when it says (a worker let go for its speed).
+  void OnMemberDraining(uint64_t member, const std::string& reason = "");
   void OnDone(proto::Done::Reader d) override;
   void OnStats(proto::WorkerStats::Reader stats) override;
   void OnParams(proto::ParamsChecksum::Reader params) override;
+  void OnShares(proto::Shares::Reader shares) override;
   // A view: when the presenter announces it, says so and tells the metrics.
   void OnNewView(const runtime::MembershipView& view, const std::string& reason);
 
@@ -526,11 +529,16 @@ void ControllerActor::OnFault(proto::Fault::Reader f) {
 }
 
 void ControllerActor::OnDraining(proto::Draining::Reader draining) {
-  OnMemberDraining(draining.getMemberId());
+  OnMemberDraining(draining.getMemberId(), draining.getReason().cStr());
 }
 
-void ControllerActor::OnMemberDraining(uint64_t member) {
-  if (presenter_.LogsDraining(member)) events_.Append(run_event::Draining{member});
+void ControllerActor::OnMemberDraining(uint64_t member, const std::string& reason) {
+  if (presenter_.LogsDraining(member)) {
+    if (!reason.empty())
+      Say("driver: worker " + std::to_string(member) + " is let go: " + reason +
+          "; it leaves like a graceful leave, not blacklisted");
+    events_.Append(run_event::Draining{member, reason});
+  }
   Feed(event::Draining{member});
 }
 
@@ -550,6 +558,36 @@ void ControllerActor::OnDone(proto::Done::Reader d) {
 void ControllerActor::OnParams(proto::ParamsChecksum::Reader p) {
   events_.Append(run_event::Params{p.getGeneration(), p.getMemberId(), p.getRank(), p.getWorld(),
                                    p.getChecksum(), FromProto(p.getPoint()), p.getPid()});
+}
+
+void ControllerActor::OnShares(proto::Shares::Reader s) {
+  // A plan of a generation already gone names ranks of another view.
+  const std::vector<uint64_t>& view = machine_.view();
+  const size_t world = view.size();
+  if (s.getGeneration() != machine_.generation() || s.getShares().size() != world ||
+      s.getSpeeds().size() != world || s.getSlowdowns().size() != world)
+    return;
+  run_event::Shares logged;
+  logged.generation = s.getGeneration();
+  logged.point = FromProto(s.getPoint());
+  logged.step_samples = s.getStepSamples();
+  std::vector<int64_t> shares;
+  std::vector<double> speeds, slowdowns;
+  std::vector<std::string> names;
+  for (unsigned r = 0; r < world; ++r) {
+    shares.push_back(s.getShares()[r]);
+    speeds.push_back(s.getSpeeds()[r]);
+    slowdowns.push_back(s.getSlowdowns()[r]);
+    names.push_back("worker " + std::to_string(view[r]));
+    logged.workers.push_back({view[r], shares.back(), speeds.back(), slowdowns.back()});
+  }
+  Say("driver: " + DescribeShares(shares, slowdowns, s.getStepSamples(), names));
+  events_.Append(logged);
+  try {
+    metrics_.OnShares(shares, speeds);
+  } catch (const std::invalid_argument& e) {  // a negative or non-finite value
+    Say(std::string("driver: warning: shares not exported: ") + e.what());
+  }
 }
 
 void ControllerActor::OnStats(proto::WorkerStats::Reader stats) {

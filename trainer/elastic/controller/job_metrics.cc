@@ -59,6 +59,11 @@ void JobMetrics::OnProgress(const ProgressReport& p) {
   last_progress_time_ = now;
 }
 
+void JobMetrics::OnShares(const std::vector<int64_t>& shares, const std::vector<double>& speeds) {
+  for (size_t r = 0; r < shares.size() && r < speeds.size(); ++r)
+    metrics_.SetRankShare(static_cast<int64_t>(r), shares[r], speeds[r]);
+}
+
 void JobMetrics::OnEvaluation(double test_loss, double test_accuracy) {
   metrics_.SetTestAccuracy(test_accuracy);
   metrics_.SetTestLoss(test_loss);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "monitoring/membership_reason.h"
 #include "monitoring/metrics_exposer.h"
@@ -62,6 +63,9 @@ class JobMetrics {
   void OnRescale(double seconds);
   void OnProgress(const ProgressReport& progress);
   void OnEpoch(const EpochReport& epoch);
+  // A commit re-planned the shares of a step (proto::Shares): a share
+  // (samples) and a speed (samples a second) a rank of the generation in force.
+  void OnShares(const std::vector<int64_t>& shares, const std::vector<double>& speeds);
   // Rank 0's evaluation inside an epoch (proto::Evaluation, --eval-every).
   void OnEvaluation(double test_loss, double test_accuracy);
   // A worker's cumulative WorkerStatsRecord, as member `member_id` sent it

@@ -103,6 +103,7 @@ void Fill(const run_event::Leave& e, Json& j) {
 void Fill(const run_event::Draining& e, Json& j) {
   j["event"] = "draining";
   j["member"] = e.member;
+  j["reason"] = e.reason;
 }
 void Fill(const run_event::Fault& e, Json& j) {
   j["event"] = "fault";
@@ -117,6 +118,17 @@ void Fill(const run_event::Commit& e, Json& j) {
   j["point"] = Point(e.point);
   j["member"] = e.member;
   j["stop"] = e.stop;
+}
+void Fill(const run_event::Shares& e, Json& j) {
+  j["event"] = "shares";
+  j["generation"] = e.generation;
+  j["point"] = Point(e.point);
+  j["step_samples"] = e.step_samples;
+  Json workers = Json::array();
+  for (const run_event::Shares::Worker& w : e.workers)
+    workers.push_back(
+        {{"member", w.member}, {"share", w.share}, {"speed", w.speed}, {"slowdown", w.slowdown}});
+  j["workers"] = workers;
 }
 void Fill(const run_event::ControllerCopy& e, Json& j) {
   j["event"] = "controller_copy";
@@ -362,6 +374,15 @@ monitoring::RunSeries SeriesFromEvents(const std::string& path) {
         series.world.push_back(
             {seconds, static_cast<int64_t>(now.size()), e["generation"].get<int64_t>(), reason});
         members = now;
+      } else if (name == "shares") {
+        monitoring::ShareChange change;
+        change.seconds = seconds;
+        change.generation = e["generation"].get<int64_t>();
+        change.step_samples = e["step_samples"].get<int64_t>();
+        for (const Json& w : e["workers"])
+          change.workers.push_back(
+              {w["member"].get<uint64_t>(), w["share"].get<int64_t>(), NumberOr(w, "slowdown", 0)});
+        series.shares.push_back(change);
       } else if (name == "epoch") {
         monitoring::EpochRecord r;
         r.epoch = e["epoch"].get<int64_t>();

@@ -71,6 +71,9 @@ struct Leave {  // a worker is gone
 };
 struct Draining {  // a worker asked to leave at the next commit
   uint64_t member = 0;
+  // Why; empty when it was told to (SIGTERM, a preemption notice). A worker
+  // too slow to be worth keeping says so (--let-go-below).
+  std::string reason;
 };
 struct Fault {
   uint64_t generation = 0;
@@ -83,6 +86,18 @@ struct Commit {  // a commit report: rank 0's at every commit, every rank's at a
   StatePoint point;
   uint64_t member = 0;  // who reported it
   bool stop = false;    // the generation stopped here as the controller asked
+};
+struct Shares {  // a commit re-planned how a step is split (trainer/shares.h)
+  uint64_t generation = 0;
+  StatePoint point;
+  int64_t step_samples = 0;
+  struct Worker {
+    uint64_t member = 0;
+    int64_t share = 0;
+    double speed = 0;     // samples a second of its own work
+    double slowdown = 0;  // times slower than the median
+  };
+  std::vector<Worker> workers;  // in rank order
 };
 struct ControllerCopy {  // the controller now holds the state of `point`
   StatePoint point;
@@ -160,11 +175,11 @@ struct Error {          // an error that ends the job
 using RunEvent =
     std::variant<run_event::Start, run_event::View, run_event::Generation, run_event::Params,
                  run_event::Join, run_event::Leave, run_event::Draining, run_event::Fault,
-                 run_event::Commit, run_event::ControllerCopy, run_event::Checkpoint,
-                 run_event::FirstStep, run_event::Epoch, run_event::Evaluation, run_event::Done,
-                 run_event::End, run_event::Blacklisted, run_event::Unblacklisted,
-                 run_event::Stalled, run_event::BelowMinWorkers, run_event::NoWorkers,
-                 run_event::Error>;
+                 run_event::Commit, run_event::Shares, run_event::ControllerCopy,
+                 run_event::Checkpoint, run_event::FirstStep, run_event::Epoch,
+                 run_event::Evaluation, run_event::Done, run_event::End, run_event::Blacklisted,
+                 run_event::Unblacklisted, run_event::Stalled, run_event::BelowMinWorkers,
+                 run_event::NoWorkers, run_event::Error>;
 
 // The event's line (no newline): {"event": NAME, "unix_ms": T, ...fields}.
 std::string RenderEvent(const RunEvent& event, int64_t unix_ms);

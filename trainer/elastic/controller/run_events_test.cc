@@ -134,6 +134,7 @@ TEST(RunEventsTest, EveryEventHasItsName) {
       {run_event::Draining{}, "draining"},
       {run_event::Fault{}, "fault"},
       {run_event::Commit{}, "commit"},
+      {run_event::Shares{}, "shares"},
       {run_event::ControllerCopy{}, "controller_copy"},
       {run_event::Checkpoint{}, "checkpoint"},
       {run_event::FirstStep{}, "first_step"},
@@ -283,7 +284,13 @@ TEST(SeriesFromEventsTest, EpochsAndTheWorldWithWhyItChanged) {
     log.Append(run_event::Join{3, 2, std::nullopt});
     log.Append(run_event::View{3, {1, 3}, "1 joined"});
     log.Append(run_event::View{3, {1, 3}, "membership"});  // no change: no point
-    log.Append(run_event::Draining{3});
+    run_event::Shares shares;
+    shares.generation = 3;
+    shares.point = {0, 640, 10};
+    shares.step_samples = 64;
+    shares.workers = {{1, 43, 1200.5, 1.0}, {3, 21, 600.25, 2.0}};
+    log.Append(shares);
+    log.Append(run_event::Draining{3, "6.1x slower than the median for 3 plans"});
     log.Append(run_event::View{4, {1}, "1 left"});
     epoch.epoch = 2;
     epoch.world = 1;
@@ -308,6 +315,13 @@ TEST(SeriesFromEventsTest, EpochsAndTheWorldWithWhyItChanged) {
   EXPECT_EQ(series.epochs[0].test_accuracy, 0.3);
   EXPECT_EQ(series.epochs[1].world_size, 1);
   EXPECT_GE(series.duration_seconds, 0);
+  ASSERT_EQ(series.shares.size(), 1u);
+  EXPECT_EQ(series.shares[0].generation, 3);
+  EXPECT_EQ(series.shares[0].step_samples, 64);
+  ASSERT_EQ(series.shares[0].workers.size(), 2u);
+  EXPECT_EQ(series.shares[0].workers[1].member, 3u);
+  EXPECT_EQ(series.shares[0].workers[1].share, 21);
+  EXPECT_EQ(series.shares[0].workers[1].slowdown, 2.0);
 
   monitoring::RunReportOptions options;
   options.title = "gpt";
@@ -316,6 +330,8 @@ TEST(SeriesFromEventsTest, EpochsAndTheWorldWithWhyItChanged) {
   html << in.rdbuf();
   EXPECT_NE(html.str().find("<title>tokens per second at 1: 3200</title>"), std::string::npos);
   EXPECT_NE(html.str().find("<th>mean throughput</th><td>3200.0 tokens/s</td>"), std::string::npos);
+  EXPECT_NE(html.str().find("<h2>Shares sized by speed</h2>"), std::string::npos);
+  EXPECT_NE(html.str().find("worker 1: 43 (1.0x), worker 3: 21 (2.0x) of 64"), std::string::npos);
 }
 
 TEST(SeriesFromEventsTest, NoLogIsAnEmptyRun) {

@@ -82,6 +82,7 @@ struct TrainSpec {
   threads @48 :Int64;
   loaderThreads @49 :Int64;
   logEvery @50 :Int64;
+  balance @51 :Bool;
 }
 
 # The elastic scope: the job's fields of ElasticOptions
@@ -104,6 +105,7 @@ struct ElasticSpec {
   stepTimeout @13 :Float64;
   blacklistAfter @14 :Int64;
   blacklistSeconds @15 :Float64;
+  letGoBelow @16 :Float64;
 }
 
 # Worker -> controller (ToController.hello, a tell): this member's trainer
@@ -205,6 +207,17 @@ struct CommitReport {
   memberId @4 :UInt64;       # who reports: rank 0 every commit, every rank a stop
 }
 
+# Rank 0 -> controller (ToController.shares, a tell): a commit re-planned how
+# a step is split (trainer/shares.h), from every rank's measured speed.
+struct Shares {
+  generation @0 :UInt64;
+  point @1 :StatePoint;         # the commit the new split starts after
+  stepSamples @2 :Int64;
+  shares @3 :List(Int64);       # a rank each, from now on
+  speeds @4 :List(Float64);     # samples a second of each rank's own work
+  slowdowns @5 :List(Float64);  # times slower than the median rank
+}
+
 # Rank 0 -> controller (ToController.synced, a tell): the generation restored
 # its state and agrees on it.
 struct Synced {
@@ -254,6 +267,7 @@ struct Fault {
 # A member -> controller (ToController.draining, a tell): it got SIGTERM.
 struct Draining {
   memberId @0 :UInt64;
+  reason @1 :Text;  # why it leaves; empty: told to (SIGTERM, a preemption notice)
 }
 
 # Rank 0 -> controller (ToController.done, an ask): the job trained every epoch.
@@ -299,6 +313,7 @@ struct ToController {
     tick @13 :Void;                  # the controller's own clock (its tick thread)
     evaluation @14 :Evaluation;
     params @15 :ParamsChecksum;
+    shares @16 :Shares;
   }
 }
 

@@ -73,6 +73,7 @@ ELASTIC_CONTROL_MEMBER(ToController, Draining, Draining, "draining");
 ELASTIC_CONTROL_MEMBER(ToController, Done, Done, "done");  // an ask, answered once known
 ELASTIC_CONTROL_MEMBER(ToController, WorkerStats, Stats, "stats");
 ELASTIC_CONTROL_MEMBER(ToController, ParamsChecksum, Params, "params");
+ELASTIC_CONTROL_MEMBER(ToController, Shares, Shares, "shares");
 #undef ELASTIC_CONTROL_MEMBER
 
 // Builds a message of type T with fill(T::Builder) and returns its bytes.

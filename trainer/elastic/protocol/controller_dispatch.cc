@@ -22,6 +22,7 @@ std::string Dispatch(proto::ToController::Reader m, ControllerMessages& to) {
     case proto::ToController::DONE: return to.OnDone(m.getDone()), "";
     case proto::ToController::STATS: return to.OnStats(m.getStats()), "";
     case proto::ToController::PARAMS: return to.OnParams(m.getParams()), "";
+    case proto::ToController::SHARES: return to.OnShares(m.getShares()), "";
     case proto::ToController::UNSET: break;
   }
   // clang-format on

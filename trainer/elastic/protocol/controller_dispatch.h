@@ -30,6 +30,7 @@ class ControllerMessages {
   virtual void OnDone(proto::Done::Reader done) = 0;
   virtual void OnStats(proto::WorkerStats::Reader stats) = 0;
   virtual void OnParams(proto::ParamsChecksum::Reader params) = 0;
+  virtual void OnShares(proto::Shares::Reader shares) = 0;
 };
 
 // Calls `to`'s handler of `message`'s member and returns its answer (empty for

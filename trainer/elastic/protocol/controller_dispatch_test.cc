@@ -40,6 +40,7 @@ class Recorder : public ControllerMessages {
   void OnDraining(proto::Draining::Reader m) override { Add("draining", m.getMemberId()); }
   void OnDone(proto::Done::Reader m) override { Add("done", m.getSteps()); }
   void OnStats(proto::WorkerStats::Reader m) override { Add("stats", m.getRank()); }
+  void OnShares(proto::Shares::Reader m) override { Add("shares", m.getStepSamples()); }
 
  private:
   void Add(const std::string& name, uint64_t field) {
@@ -80,10 +81,12 @@ TEST(ControllerDispatchTest, EveryMemberReachesItsHandler) {
   Dispatched(EncodeControl<proto::ParamsChecksum>(
                  [](proto::ParamsChecksum::Builder m) { m.setChecksum(13); }),
              r);
-  EXPECT_EQ(r.calls, (std::vector<std::string>{"tick", "spec", "hello 1", "progress 2", "epoch 3",
-                                               "commit 4", "synced 5", "firstStep 6",
-                                               "checkpoint 7", "fault 8", "draining 9", "done 10",
-                                               "stats 11", "evaluation 12", "params 13"}));
+  Dispatched(EncodeControl<proto::Shares>([](proto::Shares::Builder m) { m.setStepSamples(14); }),
+             r);
+  EXPECT_EQ(r.calls, (std::vector<std::string>{
+                         "tick", "spec", "hello 1", "progress 2", "epoch 3", "commit 4", "synced 5",
+                         "firstStep 6", "checkpoint 7", "fault 8", "draining 9", "done 10",
+                         "stats 11", "evaluation 12", "params 13", "shares 14"}));
 }
 
 // A ToController message whose member is `which`: the union's discriminant

@@ -61,6 +61,7 @@ namespace {
   X(label_smoothing, LabelSmoothing) \
   X(clip_grad, ClipGrad) \
   X(augment, Augment) \
+  X(balance, Balance) \
   X(seed, Seed) \
   X(checkpoint_every, CheckpointEvery) \
   X(resume, Resume) \
@@ -86,7 +87,8 @@ namespace {
   X(state_copy_every, StateCopyEvery) \
   X(step_timeout, StepTimeout) \
   X(blacklist_after, BlacklistAfter) \
-  X(blacklist_seconds, BlacklistSeconds)
+  X(blacklist_seconds, BlacklistSeconds) \
+  X(let_go_below, LetGoBelow)
 // clang-format on
 
 #define ELASTIC_SET_TEXT(field, Name) spec.set##Name(options.field.c_str());

@@ -30,6 +30,7 @@ class ReadingController : public ControllerMessages {
   void OnEpoch(proto::EpochSummary::Reader m) override { ReadWhole(m); }
   void OnEvaluation(proto::Evaluation::Reader m) override { ReadWhole(m); }
   void OnParams(proto::ParamsChecksum::Reader m) override { ReadWhole(m); }
+  void OnShares(proto::Shares::Reader m) override { ReadWhole(m); }
   void OnCommit(proto::CommitReport::Reader commit) override {
     (void)FromProto(commit.getPoint());
     (void)commit.getState().size();

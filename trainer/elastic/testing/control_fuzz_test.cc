@@ -99,6 +99,20 @@ std::vector<FuzzBytes> Seeds() {
     m.setChecksum(99);
     ToProto(point, m.initPoint());
   }));
+  to_controller(EncodeControl<proto::Shares>([&](auto m) {
+    m.setGeneration(2);
+    ToProto(point, m.initPoint());
+    m.setStepSamples(64);
+    auto shares = m.initShares(2);
+    shares.set(0, 43);
+    shares.set(1, 21);
+    auto speeds = m.initSpeeds(2);
+    speeds.set(0, 1200.5);
+    speeds.set(1, 600.25);
+    auto slowdowns = m.initSlowdowns(2);
+    slowdowns.set(0, 0.67);
+    slowdowns.set(1, 1.33);
+  }));
   to_controller(EncodeControl<proto::FirstStep>([](auto m) { m.setGeneration(2); }));
   to_controller(EncodeControl<proto::CheckpointWritten>([&](auto m) {
     ToProto(point, m.initPoint());

@@ -140,6 +140,27 @@ void GenerationWorld::OnCommit(const CommitReport& report) {
   });
 }
 
+void GenerationWorld::OnShares(const ShareReport& report) {
+  services_.controller->Tell<proto::Shares>([&](proto::Shares::Builder m) {
+    m.setGeneration(generation_);
+    ToProto(report.at, m.initPoint());
+    m.setStepSamples(report.step_samples);
+    const auto size = static_cast<unsigned>(report.shares.size());
+    auto shares = m.initShares(size);
+    auto speeds = m.initSpeeds(size);
+    auto slowdowns = m.initSlowdowns(size);
+    for (unsigned r = 0; r < size; ++r) {
+      shares.set(r, report.shares[r]);
+      speeds.set(r, report.speeds[r]);
+      slowdowns.set(r, report.slowdowns[r]);
+    }
+  });
+}
+
+void GenerationWorld::OnLetGo(int rank, const std::string& why) {
+  if (rank == rank_ && services_.let_go) services_.let_go(why);
+}
+
 void GenerationWorld::OnEpochEnd(const EpochSummary& s) {
   services_.controller->Tell<proto::EpochSummary>([&](proto::EpochSummary::Builder m) {
     m.setEpoch(s.epoch);

@@ -35,8 +35,11 @@ struct WorkerServices {
   CopyFrameCheck* frame_check = nullptr;
   std::FILE* sample_log = nullptr;      // --log-samples (null: off)
   std::function<void()> poll_draining;  // before each step: SIGTERM reported once
-  std::string token;                    // the cluster token: seals every state
-  int64_t wedge_at_step = -1;           // ELASTIC_TEST_WEDGE_STEP
+  // This worker is too slow to be worth keeping (World::OnLetGo): it leaves
+  // as a graceful leave does, saying why.
+  std::function<void(const std::string& why)> let_go;
+  std::string token;           // the cluster token: seals every state
+  int64_t wedge_at_step = -1;  // ELASTIC_TEST_WEDGE_STEP
 };
 
 // The commit sealed for the controller's copy; empty (said once) when one
@@ -71,6 +74,8 @@ class GenerationWorld : public World {
   void AfterStep(double seconds) override;
   void OnProgress(const StepReport& report) override;
   void OnCommit(const CommitReport& report) override;
+  void OnShares(const ShareReport& report) override;
+  void OnLetGo(int rank, const std::string& why) override;
   void OnEpochEnd(const EpochSummary& summary) override;
   void OnEvaluation(const EvaluationSummary& summary) override;
   void OnCheckpoint(const StatePoint& at, const std::string& path) override;

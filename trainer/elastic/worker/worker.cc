@@ -208,6 +208,7 @@ class Worker {
   // Set when a generation's rendezvous failed (worker_policy.h).
   std::optional<RendezvousGiveUp> give_up_;
   bool drain_reported_ = false;
+  std::string let_go_reason_;  // set once a plan found this worker too slow to keep
   // For the driver's metrics (worker_stats.h): allreduces and step times.
   WorkerStats stats_;
   WorkerStatsPublisher stats_publisher_{stats_};
@@ -236,6 +237,10 @@ WorkerServices Worker::MakeServices() {
   s.sample_log = sample_log_;
   s.poll_draining = [this] {
     if (g_terminate_requested.load()) ReportDrainingOnce();
+  };
+  s.let_go = [this](const std::string& why) {
+    if (let_go_reason_.empty()) let_go_reason_ = why;
+    ReportDrainingOnce();
   };
   s.token = env_.token;
   s.wedge_at_step = wedge_at_step_;
@@ -355,14 +360,19 @@ void Worker::AbortOlderThan(uint64_t generation) {
 }
 
 void Worker::ReportDrainingOnce() {
-  if (drain_reported_ || !g_terminate_requested.load()) return;
+  if (drain_reported_ || (!g_terminate_requested.load() && let_go_reason_.empty())) return;
   drain_reported_ = true;
-  controller_.Log(elastic_.admit_at == "commit"
-                      ? "SIGTERM: leaving at the next commit"
-                      : "SIGTERM: leaving at the next epoch boundary (or commit after "
-                        "--drain-timeout)");
-  controller_.Tell<proto::Draining>(
-      [&](proto::Draining::Builder m) { m.setMemberId(controller_.member_id()); });
+  const char* when = elastic_.admit_at == "commit"
+                         ? "leaving at the next commit"
+                         : "leaving at the next epoch boundary (or commit after --drain-timeout)";
+  if (g_terminate_requested.load())
+    controller_.Log("SIGTERM: %s", when);
+  else
+    controller_.Log("let go, %s: %s", let_go_reason_.c_str(), when);
+  controller_.Tell<proto::Draining>([&](proto::Draining::Builder m) {
+    m.setMemberId(controller_.member_id());
+    if (!g_terminate_requested.load()) m.setReason(let_go_reason_);
+  });
 }
 
 void Worker::ReportFault(const std::string& reason, bool state_unavailable) {
@@ -666,6 +676,7 @@ int Worker::Run() {
   device_ = ResolveDevice(train_.device, env_.worker_index);
   arithmetic_ = ChooseArithmetic(train_, task_, device_);
   config_ = MakeLoopConfig(train_, task_, arithmetic_);
+  config_.let_go.below = elastic_.let_go_below;
   config_.limits.commit_every = elastic_.commit_every;
   config_.global_batch = GlobalBatch(elastic_, train_);
 
