@@ -17,8 +17,16 @@ memory format our --list-models gives the model), batch-norm statistics as
 --recompute-bn says, the whole test set.
 
 The slow worker: this script slows one worker process to a fraction of its
-speed (--slow 0.5: 50%) with a duty cycle of SIGSTOP/SIGCONT, running for
-`fraction` of every 100 ms and stopped for the rest (no root needed). Ours:
+speed (--slow 0.5: 50%): with a cgroup CPU quota where it can (root, cgroup
+v1's cpu controller: cpu.cfs_quota_us = fraction x 100 ms a period, as the
+issue measured), else (--slow-by sigstop) with a duty cycle of
+SIGSTOP/SIGCONT, running for `fraction` of every 100 ms and stopped for the
+rest. A quota is the better model of a slower machine: a process that waits
+keeps its quota for when it computes, whereas a stop that falls while it
+only waits for the others costs it nothing, so a duty cycle slows a worker
+less the more it waits (measured: with the duty cycle at 50% the even split
+already ran at 58% of the solo sum and balancing changed nothing, with a
+quota --no-balance ran at ~1,440 images/s and --balance at ~1,900). Ours:
 rank 1 of the first generation (not rank 0), its pid from the `params` event
 of the driver's events.jsonl (--run-dir; docs/events.md); the process stays
 slowed whatever rank it has later. DDP: the torchrun child whose environment
@@ -143,6 +151,58 @@ class DutyCycle:
             os.kill(self.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+CGROUP_CPU = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller, where mounted
+
+
+class CpuQuota:
+    """Slows process `pid` to `fraction` of one CPU with a cgroup CPU quota
+    (cpu.cfs_quota_us = fraction x cpu.cfs_period_us of 100 ms), as the issue
+    measured: the process and every thread it has or starts may use at most
+    that much CPU time a period, and keeps what it does not use while it
+    waits. Needs root and cgroup v1's cpu controller (`--slow-by cgroup`)."""
+
+    serial = 0
+
+    def __init__(self, pid, fraction):
+        self.pid = pid
+        CpuQuota.serial += 1
+        self.path = os.path.join(CGROUP_CPU, f"elastic-balance-{os.getpid()}-{CpuQuota.serial}")
+        os.makedirs(self.path, exist_ok=True)
+        period = int(PERIOD * 1e6)
+        self._write("cpu.cfs_period_us", period)
+        self._write("cpu.cfs_quota_us", max(1000, int(period * fraction)))
+        self._write("cgroup.procs", pid)
+
+    def _write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def stop(self):
+        try:
+            with open(os.path.join(CGROUP_CPU, "cgroup.procs"), "w") as f:
+                f.write(str(self.pid))
+        except OSError:
+            pass  # it exited
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)  # a thread of an exiting process is still in it
+
+
+def can_use_cgroups():
+    return os.access(CGROUP_CPU, os.W_OK) and os.path.exists(
+        os.path.join(CGROUP_CPU, "cgroup.procs"))
+
+
+def slow_down(args, pid, fraction):
+    """The --slow-by way of slowing `pid` to `fraction`."""
+    if args.slow_by == "cgroup":
+        return CpuQuota(pid, fraction)
+    return DutyCycle(pid, fraction)
 
 
 def read_events(run_dir):
@@ -270,7 +330,7 @@ def run_ours(args, workers, fraction, balance, logs, name):
     cycle = None
     try:
         pid, member = ours_worker(job, run_dir, 1, workers, args.timeout)
-        cycle = DutyCycle(pid, fraction)
+        cycle = slow_down(args, pid, fraction)
         rc = job.wait(args.timeout)
         if rc != 0:
             raise RuntimeError(f"exited with {rc}; log {job.log_path}")
@@ -301,7 +361,7 @@ def run_ddp(args, workers, fraction, logs, name):
     job = Job(argv, os.path.join(logs, name + ".log"), env())
     cycle = None
     try:
-        cycle = DutyCycle(ddp_worker(job, 1, args.timeout), fraction)
+        cycle = slow_down(args, ddp_worker(job, 1, args.timeout), fraction)
         rc = job.wait(args.timeout)
         if rc != 0:
             raise RuntimeError(f"exited with {rc}; log {job.log_path}")
@@ -335,7 +395,7 @@ def run_solos(args, workers, fraction, logs, name):
             jobs.append((Job(argv, os.path.join(logs, f"{name}-{i}.log"), env()), run_dir))
         slow_job, slow_dir = jobs[-1]
         pid, _ = ours_worker(slow_job, slow_dir, 0, 1, args.timeout)
-        cycle = DutyCycle(pid, fraction)
+        cycle = slow_down(args, pid, fraction)
         rc = slow_job.wait(args.timeout)
         if rc != 0:
             raise RuntimeError(f"the slowed solo exited with {rc}; log {slow_job.log_path}")
@@ -412,6 +472,11 @@ def parse_args(argv=None):
     parser.add_argument("--workers", default="2,4", help="comma-separated world sizes (>= 2)")
     parser.add_argument("--slow", default="0.5,0.25",
                         help="comma-separated fractions of its speed the slowed worker keeps")
+    parser.add_argument("--slow-by", choices=["auto", "cgroup", "sigstop"], default="auto",
+                        help="cgroup: a CPU quota (cpu.cfs_quota_us, root and cgroup v1's cpu "
+                             "controller), as the issue measured; sigstop: a SIGSTOP/SIGCONT duty "
+                             "cycle (no root; it also stops the worker while it only waits, so "
+                             "it slows it less than a quota does); auto: cgroup where it can")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"which to run, comma-separated ({', '.join(SYSTEMS)})")
     parser.add_argument("--epochs", type=int, default=4,
@@ -446,6 +511,10 @@ def parse_args(argv=None):
     args.fractions = [float(f) for f in args.slow.split(",") if f]
     if not args.fractions or not all(0 < f <= 1 for f in args.fractions):
         parser.error("--slow: fractions in (0, 1]")
+    if args.slow_by == "auto":
+        args.slow_by = "cgroup" if can_use_cgroups() else "sigstop"
+    elif args.slow_by == "cgroup" and not can_use_cgroups():
+        parser.error(f"--slow-by cgroup: {CGROUP_CPU} is not a writable cgroup v1 cpu controller")
     args.system_list = [s for s in args.systems.split(",") if s]
     for s in args.system_list:
         if s not in SYSTEMS:
@@ -509,7 +578,9 @@ def main():
     print(f"# {args.model}, CIFAR-10 subset, batch {args.batch_size}/worker, lr {args.lr} x "
           f"workers, {args.epochs} epochs (images/s over epochs 2..{args.epochs}), 1 thread/"
           f"worker, {args.precision}, {args.memory_format}, {os.cpu_count()} cores; one worker "
-          f"slowed by SIGSTOP/SIGCONT every {PERIOD * 1000:.0f} ms; logs in {logs}")
+          + (f"slowed by a cgroup CPU quota (cpu.cfs_quota_us over {PERIOD * 1000:.0f} ms)"
+             if args.slow_by == "cgroup" else
+             f"slowed by SIGSTOP/SIGCONT every {PERIOD * 1000:.0f} ms") + f"; logs in {logs}")
     print("| system | workers | slow worker at | images/s | % of solo sum | final acc | notes |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in results:
