@@ -280,7 +280,8 @@ bool TrainingLoop::CommitPoint(CommitAt at) {
   }
   const bool stop = control[4] > 0;
   world_.OnCommit({Point(), stop, keep, &commit});
-  if (balance) ReplanShares(control.data() + 5);
+  // A split planned where this world ends would never be trained.
+  if (balance && !stop && at != CommitAt::kLastBoundary) ReplanShares(control.data() + 5);
   return stop;
 }
 
