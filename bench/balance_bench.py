@@ -322,15 +322,11 @@ def ours_summary(run_dir, slowed_member=None):
     return result
 
 
-def run_ours(args, workers, fraction, balance, logs, name):
-    """One job of `workers` of ours with rank 1 slowed to `fraction`."""
-    run_dir = os.path.join(logs, name)
-    job = Job(ours_argv(args, workers, args.epochs, run_dir, balance),
-              os.path.join(logs, name + ".log"), env())
+def run_slowed(args, job, slowed_pid, fraction):
+    """Runs `job` to its end with the process slowed_pid() names slowed to `fraction`."""
     cycle = None
     try:
-        pid, member = ours_worker(job, run_dir, 1, workers, args.timeout)
-        cycle = slow_down(args, pid, fraction)
+        cycle = slow_down(args, slowed_pid(), fraction)
         rc = job.wait(args.timeout)
         if rc != 0:
             raise RuntimeError(f"exited with {rc}; log {job.log_path}")
@@ -338,6 +334,21 @@ def run_ours(args, workers, fraction, balance, logs, name):
         if cycle:
             cycle.stop()
         job.stop()
+
+
+def run_ours(args, workers, fraction, balance, logs, name):
+    """One job of `workers` of ours with rank 1 slowed to `fraction`."""
+    run_dir = os.path.join(logs, name)
+    job = Job(ours_argv(args, workers, args.epochs, run_dir, balance),
+              os.path.join(logs, name + ".log"), env())
+    found = {}
+
+    def slowed_pid():
+        found["pid"], found["member"] = ours_worker(job, run_dir, 1, workers, args.timeout)
+        return found["pid"]
+
+    run_slowed(args, job, slowed_pid, fraction)
+    member = found["member"]
     result = ours_summary(run_dir, member)
     result["slowed_member"] = member
     return result
@@ -359,16 +370,7 @@ def run_ddp(args, workers, fraction, logs, name):
             f"--rdzv_id=balance{os.getpid()}", f"--nproc_per_node={workers}",
             os.path.join(HERE, "ddp_peer.py"), *recipe(args), f"--epochs={args.epochs}"]
     job = Job(argv, os.path.join(logs, name + ".log"), env())
-    cycle = None
-    try:
-        cycle = slow_down(args, ddp_worker(job, 1, args.timeout), fraction)
-        rc = job.wait(args.timeout)
-        if rc != 0:
-            raise RuntimeError(f"exited with {rc}; log {job.log_path}")
-    finally:
-        if cycle:
-            cycle.stop()
-        job.stop()
+    run_slowed(args, job, lambda: ddp_worker(job, 1, args.timeout), fraction)
     epochs = []
     with open(job.log_path, errors="replace") as f:
         for line in f:
