@@ -46,15 +46,13 @@ std::string Binary() {
 
 // The training flags of every run but the batch size and learning rate.
 std::vector<std::string> TrainFlags(int epochs) {
-  return {"--model=resnet8",
-          "--dataset=fashion-mnist",
-          "--train-samples=3072",
-          "--test-samples=2000",
-          "--epochs=" + std::to_string(epochs),
-          "--seed=1",
-          "--warmup-epochs=0",
-          "--loader-threads=1",
-          "--log-every=16"};
+  return {"--model=resnet8", "--dataset=fashion-mnist", "--train-samples=3072",
+          "--test-samples=2000", "--epochs=" + std::to_string(epochs), "--seed=1",
+          "--warmup-epochs=0", "--loader-threads=1", "--log-every=16",
+          // The even split: shares sized by speed follow the ranks' timings,
+          // and the resume below must end bit for bit where the
+          // uninterrupted run did (docs/elastic.md, --no-balance).
+          "--no-balance"};
 }
 
 std::vector<std::string> Mpirun(int ranks, const std::vector<std::string>& flags) {

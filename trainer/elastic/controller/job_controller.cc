@@ -12,30 +12,39 @@ bool Contains(const std::vector<uint64_t>& ids, uint64_t id) {
 
 }  // namespace
 
+JoinWindow::JoinWindow(size_t ready, int64_t now_ms)
+    : opened_ms_(now_ms), last_arrival_ms_(now_ms), gathered_(ready) {}
+
+void JoinWindow::Count(size_t ready, int64_t now_ms) {
+  if (ready <= gathered_) return;
+  gathered_ = ready;
+  last_arrival_ms_ = now_ms;
+}
+
+bool JoinWindow::Closed(int64_t now_ms, int64_t window_ms) const {
+  return now_ms - last_arrival_ms_ >= window_ms || now_ms - opened_ms_ >= kJoinWindows * window_ms;
+}
+
 JobController::JobController(ControllerConfig config, int64_t now_ms)
-    : config_(std::move(config)), now_(now_ms), phase_since_(now_ms) {}
+    : config_(std::move(config)), now_(now_ms), phase_(Starting{now_ms}) {}
 
 JobController::JobController(ControllerConfig config, const RecoveredJob& recovered, int64_t now_ms)
     : config_(std::move(config)),
       now_(now_ms),
-      phase_since_(now_ms),
-      phase_(Phase::kRecovering),
+      phase_(Recovering{now_ms, recovered.world_of_newest, recovered.wait_ms}),
       generation_(recovered.generation),
       started_(true),
       newest_(recovered.newest),
       copy_(recovered.copy),
-      checkpoint_(recovered.checkpoint),
-      recovered_world_(recovered.world_of_newest) {
-  recovery_wait_ms_ = recovered.wait_ms;
-}
+      checkpoint_(recovered.checkpoint) {}
 
 std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
   now_ = now_ms;
   out_.clear();
-  if (finished_) {
+  if (const auto* over = std::get_if<Finished>(&phase_)) {
     // The job is over: a worker that still comes is told so; nothing else changes.
     if (const auto* registered = std::get_if<event::Registered>(&event))
-      out_.push_back(action::TellOver{registered->member, over_reason_});
+      out_.push_back(action::TellOver{registered->member, over->reason});
     return std::move(out_);
   }
   NoticeStall(std::holds_alternative<event::Tick>(event));
@@ -45,7 +54,10 @@ std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
                  [this](const event::Tick&) { OnTick(); },
                  [this](const event::Registered& e) { OnRegistered(e); },
                  [this](const event::Gone& e) { OnGone(e); },
-                 [this](const event::Exited&) { ++exited_; },
+                 [this](const event::Exited&) {
+                   // Only the start judges exits: a job that runs sees its workers as members.
+                   if (auto* starting = std::get_if<Starting>(&phase_)) ++starting->exited;
+                 },
                  [this](const event::ViewChanged& e) { OnViewChanged(e); },
                  [this](const event::Draining& e) { OnDraining(e); },
                  [this](const event::Commit& e) { OnCommit(e); },
@@ -57,27 +69,43 @@ std::vector<Action> JobController::Handle(const Event& event, int64_t now_ms) {
              },
              event);
   // Whatever changed, the decisions that depend on the whole state are taken now.
-  if (!finished_) OnTick();
+  if (!finished()) OnTick();
   return std::move(out_);
 }
 
 void JobController::OnTick() {
-  if (finished_ || publishing_) return;
-  switch (phase_) {
-    case Phase::kStarting:
-      return Start();
-    case Phase::kRecovering:
-      return Recover();
-    case Phase::kRunning:
-      return Run();
+  if (publishing_) return;
+  // The phases are copied into Start and Recover: both leave them.
+  std::visit(Overloaded{
+                 [this](const Starting& starting) { Start(starting); },
+                 [this](const Recovering& recovering) { Recover(recovering); },
+                 [this](const Training&) { Run(); },
+                 [this](const StopAwaited&) { Run(); },
+                 [this](const Idle&) { Run(); },
+                 [this](const TooFew&) { Run(); },
+                 [this](const Gathering&) { Run(); },
+                 [](const Stopping&) {},  // the stop generation's view ends the job
+                 [](const Finished&) {},
+             },
+             phase_);
+}
+
+bool JobController::Running() const {
+  return std::holds_alternative<Training>(phase_) || std::holds_alternative<StopAwaited>(phase_) ||
+         std::holds_alternative<Idle>(phase_) || std::holds_alternative<TooFew>(phase_) ||
+         std::holds_alternative<Gathering>(phase_);
+}
+
+void JobController::EnterView() {
+  if (static_cast<int64_t>(view_.size()) >= config_.min_workers) {
+    phase_ = Training{};
+  } else if (!std::holds_alternative<TooFew>(phase_) &&
+             !std::holds_alternative<Gathering>(phase_)) {
+    phase_ = Idle{};
   }
 }
 
 void JobController::OnRegistered(const event::Registered& e) {
-  if (finished_) {
-    out_.push_back(action::TellOver{e.member, over_reason_});
-    return;
-  }
   Member& member = members_[e.member];
   member.node = e.node;
   member.holds = e.holds;
@@ -107,21 +135,22 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
   if (e.generation <= generation_) return;
   generation_ = e.generation;
   view_ = e.members;
-  requested_.reset();
-  stop_committed_at_.reset();
-  stopped_.clear();
   // A restarted head's first view is empty: the workers are still coming back.
-  if (phase_ == Phase::kRecovering) return;
+  if (std::holds_alternative<Recovering>(phase_)) return;
+  // Starting stays so until it publishes; a stop generation keeps stopping.
+  if (Running()) EnterView();
   const std::string reason = next_reason_.empty() ? "a worker failed or left" : next_reason_;
   next_reason_.clear();
   out_.push_back(action::Journal{});
+  const auto* stopping = std::get_if<Stopping>(&phase_);
+  const std::string stop = stopping ? stopping->why : std::string();
   if (view_.empty()) {
-    if (!stopping_.empty()) return Finish(kExitStopped);
+    if (!stop.empty()) return Finish(kExitStopped, stop);
     if (!started_) return;
     if (!StateAvailable()) return StateLostUnlessStalled(StateLoss::kEveryWorkerLost);
     return Notify(notice::EveryWorkerGone{SourceFor({})});
   }
-  if (static_cast<int64_t>(view_.size()) < config_.min_workers && stopping_.empty()) return;
+  if (static_cast<int64_t>(view_.size()) < config_.min_workers && stop.empty()) return;
   largest_world_ = std::max(largest_world_, view_.size());
   const StateSource source = SourceFor(view_);
   if (started_ && source.kind == SourceKind::kFresh && !NothingCommittedYet())
@@ -130,9 +159,9 @@ void JobController::OnViewChanged(const event::ViewChanged& e) {
     Notify(notice::RestoresOlder{generation_, source, *newest_});
   if (started_ && source.kind == SourceKind::kFresh) Notify(notice::StartsFromSeed{generation_});
   const bool send_copy =
-      source.kind == SourceKind::kMember && stopping_.empty() && (!copy_ || *copy_ < source.point);
-  out_.push_back(action::StartGeneration{generation_, view_, source, stopping_, reason, send_copy});
-  if (!stopping_.empty()) Finish(kExitStopped);
+      source.kind == SourceKind::kMember && stop.empty() && (!copy_ || *copy_ < source.point);
+  out_.push_back(action::StartGeneration{generation_, view_, source, stop, reason, send_copy});
+  if (!stop.empty()) Finish(kExitStopped, stop);
 }
 
 void JobController::OnDraining(const event::Draining& e) {
@@ -146,9 +175,12 @@ void JobController::OnDraining(const event::Draining& e) {
 void JobController::OnCommit(const event::Commit& e) {
   if (e.generation != generation_) return;  // a generation that is over: its source is chosen
   const bool from_rank_zero = e.member == 0 || (!view_.empty() && e.member == view_.front());
+  // Ranks stop only when rank 0 was asked to, in this generation.
+  auto* awaited = std::get_if<StopAwaited>(&phase_);
   if (!from_rank_zero) {
-    if (e.stopped_on_request) stopped_.insert(e.member);
-    if (stop_committed_at_ && EveryoneStopped()) StoppedOnRequest();
+    if (!awaited) return;
+    if (e.stopped_on_request) awaited->stopped.insert(e.member);
+    if (awaited->committed_at && EveryoneStopped(*awaited)) StoppedOnRequest();
     return;
   }
   if (!newest_ || *newest_ < e.point || *newest_ == e.point) {
@@ -164,10 +196,10 @@ void JobController::OnCommit(const event::Commit& e) {
   if (e.copy) copy_ = e.point;
   faulting_since_.reset();
   out_.push_back(action::Journal{});
-  if (!e.stopped_on_request) return;
-  stop_committed_at_ = now_;
-  stopped_.insert(view_.empty() ? e.member : view_.front());
-  if (EveryoneStopped()) StoppedOnRequest();
+  if (!e.stopped_on_request || !awaited) return;
+  awaited->committed_at = now_;
+  awaited->stopped.insert(view_.empty() ? e.member : view_.front());
+  if (EveryoneStopped(*awaited)) StoppedOnRequest();
 }
 
 void JobController::EveryoneLeft() {
@@ -182,9 +214,9 @@ void JobController::EveryoneLeft() {
   StopWithCheckpoint({view_.front()}, "every worker left");
 }
 
-bool JobController::EveryoneStopped() const {
+bool JobController::EveryoneStopped(const StopAwaited& awaited) const {
   for (uint64_t id : view_)
-    if (members_.count(id) > 0 && stopped_.count(id) == 0) return false;
+    if (members_.count(id) > 0 && awaited.stopped.count(id) == 0) return false;
   return true;
 }
 
@@ -245,15 +277,13 @@ void JobController::OnFault(const event::Fault& e) {
     if (used.kind == SourceKind::kControllerCopy) copy_.reset();
     if (used.kind == SourceKind::kResume) {
       Notify(notice::ResumeUnreadable{});
-      over_reason_ = "the checkpoint of --resume could not be read";
-      return Finish(kExitError);
+      return Finish(kExitError, "the checkpoint of --resume could not be read");
     }
   }
   if (!faulting_since_) faulting_since_ = now_;
   if (now_ - *faulting_since_ > config_.fault_give_up_ms) {
     Notify(notice::CollectivesKeptFailing{now_ - *faulting_since_, e.member, e.reason});
-    over_reason_ = "the workers could not complete a collective";
-    return Finish(kExitStopped);
+    return Finish(kExitStopped, "the workers could not complete a collective");
   }
   if (started_ && !StateAvailable()) return StateLostUnlessStalled(StateLoss::kLastSourceFailed);
   Notify(notice::FaultReported{e.member, e.generation, e.reason});
@@ -261,11 +291,9 @@ void JobController::OnFault(const event::Fault& e) {
 }
 
 void JobController::OnDone(const event::Done& e) {
-  over_reason_ = "the job is done";
   // A view published after the generation that finished (joiners admitted at
   // the last boundary) never trains: its members are told, not waited for.
-  done_by_last_view_ = e.generation == generation_;
-  Finish(kExitOk);
+  Finish(kExitOk, "the job is done", /*view_finishes=*/e.generation == generation_);
 }
 
 void JobController::OnStopSignal(const event::StopSignal& e) {
@@ -279,43 +307,40 @@ void JobController::OnStopSignal(const event::StopSignal& e) {
   }
 }
 
-void JobController::Start() {
+void JobController::Start(Starting starting) {
   if (stop_signals_ > 0) {
     Notify(notice::StoppedBeforeTraining{});
-    over_reason_ = "the driver was stopped before training started";
-    return Finish(kExitError);
+    return Finish(kExitError, "the driver was stopped before training started");
   }
   const std::vector<uint64_t> joining = Joinable(0);
   const int64_t ready = static_cast<int64_t>(joining.size());
   const bool all_here = ready >= config_.initial_workers;
-  const bool timed_out = now_ - phase_since_ >= config_.start_timeout_ms;
+  const bool timed_out = now_ - starting.since_ms >= config_.start_timeout_ms;
   // Workers that die while loading (no data set, bad flags) register
   // nothing: say so now rather than after the timeout.
-  if (exited_ >= config_.initial_workers && ready < config_.min_workers) {
+  if (starting.exited >= config_.initial_workers && ready < config_.min_workers) {
     Notify(notice::WorkersExitedBeforeJoining{config_.initial_workers});
-    over_reason_ = "the job could not start";
-    return Finish(kExitError);
+    return Finish(kExitError, "the job could not start");
   }
   if (all_here || (timed_out && ready >= config_.min_workers)) {
-    phase_ = Phase::kRunning;
+    EnterView();
     Publish(joining, "start");
   } else if (timed_out) {
     Notify(notice::StartTimedOut{ready, config_.initial_workers, config_.start_timeout_ms});
-    over_reason_ = "the job could not start";
-    Finish(kExitError);
+    Finish(kExitError, "the job could not start");
   }
 }
 
-void JobController::Recover() {
+void JobController::Recover(Recovering recovering) {
   if (stop_signals_ > 0) {
     // Nothing trains: the workers hold the state; stopping needs one generation.
-    phase_ = Phase::kRunning;
+    EnterView();
     return Run();
   }
   std::vector<uint64_t> back;
   for (const auto& [id, member] : members_)
     if (!member.draining && !Blacklisted(member.node)) back.push_back(id);
-  const int64_t waited = now_ - phase_since_;
+  const int64_t waited = now_ - recovering.since_ms;
   // The newest commit is within reach when a worker that came back holds it,
   // or the copy or the checkpoint does: until then only its holders can
   // bring it, and a worker that joined meanwhile must not start the job from
@@ -323,37 +348,36 @@ void JobController::Recover() {
   const std::optional<StatePoint> reachable = NewestAvailable();
   const bool newest_reachable = !newest_ || (reachable && !(*reachable < *newest_));
   const size_t wanted = static_cast<size_t>(
-      std::max<int64_t>({int64_t{1}, static_cast<int64_t>(recovered_world_), config_.min_workers}));
+      std::max<int64_t>({int64_t{1}, static_cast<int64_t>(recovering.world), config_.min_workers}));
   const bool enough = static_cast<int64_t>(back.size()) >= config_.min_workers;
-  if (!(newest_reachable && back.size() >= wanted) && !(waited >= recovery_wait_ms_ && enough)) {
-    if (waited >= recovery_wait_ms_ + config_.rendezvous_timeout_ms) {
+  if (!(newest_reachable && back.size() >= wanted) && !(waited >= recovering.wait_ms && enough)) {
+    if (waited >= recovering.wait_ms + config_.rendezvous_timeout_ms) {
       const notice::TooFewCameBack too_few{static_cast<int64_t>(back.size()), config_.min_workers};
       Notify(too_few);
-      phase_ = Phase::kRunning;
+      EnterView();
       SortNewestFirst(back);
       return StopWithCheckpoint(back, StopReason(too_few));
     }
     return;
   }
-  if (!newest_reachable && !waited_said_) {
-    waited_said_ = true;
-    Notify(notice::NewestNotBack{*newest_, recovery_wait_ms_});
-  }
+  // Said once: the job leaves Recovering here.
+  if (!newest_reachable) Notify(notice::NewestNotBack{*newest_, recovering.wait_ms});
   SortNewestFirst(back);
   if (config_.max_workers > 0 && static_cast<int64_t>(back.size()) > config_.max_workers)
     back.resize(static_cast<size_t>(config_.max_workers));
-  phase_ = Phase::kRunning;
+  EnterView();
   Notify(notice::WorkersCameBack{static_cast<int64_t>(back.size())});
   Publish(back, "the controller restarted");
 }
 
 void JobController::Run() {
-  if (!stopping_.empty()) return;
   if (lost_in_stall_at_ && StateAvailable()) lost_in_stall_at_.reset();
   if (lost_in_stall_at_ && now_ - *lost_in_stall_at_ >= config_.stall_grace_ms) {
     return StateLost(StateLoss::kNoneBackAfterStall);
   }
-  if (stop_committed_at_ && now_ - *stop_committed_at_ >= config_.stop_report_wait_ms)
+  if (const auto* awaited = std::get_if<StopAwaited>(&phase_);
+      awaited && awaited->committed_at &&
+      now_ - *awaited->committed_at >= config_.stop_report_wait_ms)
     return StoppedOnRequest();
   std::vector<uint64_t> staying, leaving;
   bool drain_expired = false;
@@ -369,53 +393,62 @@ void JobController::Run() {
     }
   }
   std::vector<uint64_t> joining = Joinable(staying.size());
-  std::vector<uint64_t> next = staying;
-  next.insert(next.end(), joining.begin(), joining.end());
+  if (std::holds_alternative<Training>(phase_) || std::holds_alternative<StopAwaited>(phase_))
+    return AskToStop(!joining.empty() || !leaving.empty(), drain_expired);
+  Refill(staying, std::move(joining));
+}
 
-  if (static_cast<int64_t>(view_.size()) < config_.min_workers) {
-    // A blacklist keeps flaky nodes out while others can train, never the
-    // only workers there are: a job waiting on it would stop.
-    if (static_cast<int64_t>(next.size()) < config_.min_workers) {
-      const std::vector<uint64_t> any = Joinable(staying.size(), true);
-      if (static_cast<int64_t>(staying.size() + any.size()) >= config_.min_workers &&
-          any.size() > joining.size()) {
-        Notify(notice::AdmittingBlacklisted{config_.min_workers});
-        joining = any;
-        next = staying;
-        next.insert(next.end(), joining.begin(), joining.end());
-      }
-    }
-    // Nobody trains: apply any change at once.
-    if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
-      below_minimum_since_.reset();
-      if (started_ && !StateAvailable()) return StateLostUnlessStalled(StateLoss::kEveryHolderLost);
-      if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
-      gathering_since_.reset();
-      return Publish(next, std::to_string(joining.size()) + " joined " +
-                               (view_.empty() ? "with no worker left" : "below --min-workers"));
-    }
-    gathering_since_.reset();
-    if (!below_minimum_since_) {
-      below_minimum_since_ = now_;
-      Notify(notice::BelowMinimum{static_cast<int64_t>(view_.size()), config_.min_workers});
-    }
-    if (stop_signals_ > 0) return StopWithCheckpoint(staying, stopped_by_);
-    if (now_ - *below_minimum_since_ > config_.rendezvous_timeout_ms) {
-      const notice::BelowMinimumTooLong too_long{
-          static_cast<int64_t>(staying.size()), config_.rendezvous_timeout_ms, config_.min_workers};
-      Notify(too_long);
-      return StopWithCheckpoint(staying, StopReason(too_long));
-    }
-    return;
-  }
-  below_minimum_since_.reset();
-  if (stop_signals_ == 0 && joining.empty() && leaving.empty()) return;
+void JobController::AskToStop(bool changes, bool drain_expired) {
+  if (stop_signals_ == 0 && !changes) return;
   // A first stop signal still stops at the epoch boundary, joins or not.
   const bool at_next_commit =
       drain_expired || stop_signals_ >= 2 || (stop_signals_ == 0 && config_.admit_at_commit);
-  if (requested_ && (*requested_ || !at_next_commit)) return;  // asked already
-  requested_ = at_next_commit;
+  auto* awaited = std::get_if<StopAwaited>(&phase_);
+  if (awaited && (awaited->at_next_commit || !at_next_commit)) return;  // asked already
+  if (awaited) {
+    awaited->at_next_commit = true;  // sooner than asked: the reports so far stand
+  } else {
+    phase_ = StopAwaited{at_next_commit};
+  }
   out_.push_back(action::RequestStop{generation_, view_.front(), at_next_commit});
+}
+
+void JobController::Refill(const std::vector<uint64_t>& staying, std::vector<uint64_t> joining) {
+  std::vector<uint64_t> next = staying;
+  next.insert(next.end(), joining.begin(), joining.end());
+  // A blacklist keeps flaky nodes out while others can train, never the
+  // only workers there are: a job waiting on it would stop.
+  if (static_cast<int64_t>(next.size()) < config_.min_workers) {
+    const std::vector<uint64_t> any = Joinable(staying.size(), true);
+    if (static_cast<int64_t>(staying.size() + any.size()) >= config_.min_workers &&
+        any.size() > joining.size()) {
+      Notify(notice::AdmittingBlacklisted{config_.min_workers});
+      joining = any;
+      next = staying;
+      next.insert(next.end(), joining.begin(), joining.end());
+    }
+  }
+  // Nobody trains: apply any change at once.
+  if (static_cast<int64_t>(next.size()) >= config_.min_workers) {
+    if (std::holds_alternative<TooFew>(phase_)) phase_ = Idle{};
+    if (started_ && !StateAvailable()) return StateLostUnlessStalled(StateLoss::kEveryHolderLost);
+    if (stop_signals_ == 0 && !JoinWindowOver(next.size())) return;
+    phase_ = Idle{};
+    return Publish(next, std::to_string(joining.size()) + " joined " +
+                             (view_.empty() ? "with no worker left" : "below --min-workers"));
+  }
+  if (!std::holds_alternative<TooFew>(phase_)) {
+    phase_ = TooFew{now_};
+    Notify(notice::BelowMinimum{static_cast<int64_t>(view_.size()), config_.min_workers});
+  }
+  const int64_t since_ms = std::get<TooFew>(phase_).since_ms;
+  if (stop_signals_ > 0) return StopWithCheckpoint(staying, stopped_by_);
+  if (now_ - since_ms > config_.rendezvous_timeout_ms) {
+    const notice::BelowMinimumTooLong too_long{static_cast<int64_t>(staying.size()),
+                                               config_.rendezvous_timeout_ms, config_.min_workers};
+    Notify(too_long);
+    return StopWithCheckpoint(staying, StopReason(too_long));
+  }
 }
 
 void JobController::SortNewestFirst(std::vector<uint64_t>& ids) {
@@ -445,18 +478,14 @@ bool JobController::JoinWindowOver(size_t ready) {
   if (!started_ || config_.join_window_ms <= 0 || ready >= largest_world_ ||
       (config_.max_workers > 0 && static_cast<int64_t>(ready) >= config_.max_workers))
     return true;
-  if (!gathering_since_) {
-    gathering_since_ = now_;
-    gathered_ = 0;
+  auto* gathering = std::get_if<Gathering>(&phase_);
+  if (!gathering) {
     Notify(notice::JoinWindowOpened{static_cast<int64_t>(ready), config_.join_window_ms,
                                     static_cast<int64_t>(largest_world_)});
+    gathering = &phase_.emplace<Gathering>(Gathering{JoinWindow(ready, now_)});
   }
-  if (ready > gathered_) {
-    gathered_ = ready;
-    last_arrival_ = now_;
-  }
-  return now_ - last_arrival_ >= config_.join_window_ms ||
-         now_ - *gathering_since_ >= kJoinWindows * config_.join_window_ms;
+  gathering->window.Count(ready, now_);
+  return gathering->window.Closed(now_, config_.join_window_ms);
 }
 
 bool JobController::Blacklisted(uint64_t node) {
@@ -501,8 +530,6 @@ std::optional<StatePoint> JobController::NewestAvailable() const {
 
 void JobController::StopWithCheckpoint(const std::vector<uint64_t>& members,
                                        const std::string& why) {
-  stopping_ = why;
-  over_reason_ = why;
   if (members.empty()) {
     // The controller's copy is the newest state left: it becomes the
     // checkpoint, unless the checkpoint is as new (never replaced by older).
@@ -512,15 +539,16 @@ void JobController::StopWithCheckpoint(const std::vector<uint64_t>& members,
     } else {
       Notify(notice::NoWorkerForCheckpoint{checkpoint_});
     }
-    return Finish(kExitStopped);
+    // Nobody is left in a stop generation: whoever is in the view ends with the job.
+    return Finish(kExitStopped, why, /*view_finishes=*/true);
   }
+  phase_ = Stopping{why};
   Publish(members, "stop: rank 0 writes the checkpoint of the last commit");
 }
 
 void JobController::StateLost(StateLoss loss) {
   Notify(notice::StateLost{loss, newest_, config_.stall_grace_ms});
-  over_reason_ = "the job's state was lost";
-  Finish(kExitStopped);
+  Finish(kExitStopped, "the job's state was lost");
 }
 
 void JobController::NoticeStall(bool tick) {
@@ -539,17 +567,17 @@ void JobController::StateLostUnlessStalled(StateLoss loss) {
   Notify(notice::WaitingAfterStall{loss, config_.stall_grace_ms});
 }
 
-void JobController::Finish(int exit_code) {
-  if (finished_) return;
-  finished_ = true;
-  if (over_reason_.empty()) over_reason_ = "the job is over";
+void JobController::Finish(int exit_code, std::string reason, bool view_finishes) {
+  if (finished()) return;
+  if (reason.empty()) reason = "the job is over";
   // Members of the last view finish on their own (done) or with the stop
   // generation; everyone else is told.
-  const bool view_finishes = (exit_code == kExitOk && done_by_last_view_) || !stopping_.empty();
+  view_finishes = view_finishes || std::holds_alternative<Stopping>(phase_);
   for (const auto& [id, member] : members_)
-    if (!(view_finishes && Contains(view_, id))) out_.push_back(action::TellOver{id, over_reason_});
+    if (!(view_finishes && Contains(view_, id))) out_.push_back(action::TellOver{id, reason});
   out_.push_back(action::Journal{});
-  out_.push_back(action::Finish{exit_code, over_reason_});
+  out_.push_back(action::Finish{exit_code, reason});
+  phase_ = Finished{std::move(reason)};
 }
 
 void JobController::Publish(std::vector<uint64_t> members, const std::string& reason) {

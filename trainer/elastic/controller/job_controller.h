@@ -40,6 +40,25 @@ namespace elastic::trainer {
 // that keep arriving one by one do not hold the job back for long.
 inline constexpr int64_t kJoinWindows = 4;
 
+// The join window of a job that nobody trains (ControllerConfig::join_window_ms):
+// open from the first joiner until no more joined for a window, or for
+// kJoinWindows windows at most.
+class JoinWindow {
+ public:
+  // Opens at `now_ms` with `ready` workers.
+  JoinWindow(size_t ready, int64_t now_ms);
+  // `ready` workers could start a generation at `now_ms`: more than the window
+  // ever had is an arrival, fewer (some left again) is none.
+  void Count(size_t ready, int64_t now_ms);
+  // No arrival for `window_ms`, or kJoinWindows windows since it opened.
+  bool Closed(int64_t now_ms, int64_t window_ms) const;
+
+ private:
+  int64_t opened_ms_;
+  int64_t last_arrival_ms_;
+  size_t gathered_;  // joiners at the last arrival
+};
+
 struct ControllerConfig {
   int64_t initial_workers = 1;  // registered workers that start the job at once
   int64_t min_workers = 1;
@@ -216,7 +235,7 @@ class JobController {
 
   // For the actor, the journal and the tests.
   bool started() const { return started_; }
-  bool finished() const { return finished_; }
+  bool finished() const { return std::holds_alternative<Finished>(phase_); }
   uint64_t generation() const { return generation_; }
   const std::vector<uint64_t>& view() const { return view_; }
   std::optional<StatePoint> newest() const { return newest_; }
@@ -231,7 +250,62 @@ class JobController {
     int64_t draining_since_ms = 0;
     std::optional<StatePoint> holds;
   };
-  enum class Phase { kStarting, kRecovering, kRunning };
+
+  // The phases of a job, each with the state that exists only in it.
+  //
+  // Starting: a new job gathers --workers (start_timeout_ms, then
+  //   --min-workers). It publishes the first view and runs (Idle until that
+  //   view comes), or finishes.
+  // Recovering: a controller restarted from its journal waits for the
+  //   workers and the newest commit. It publishes who came back and runs, or
+  //   stops with a checkpoint.
+  // Running: the sub-phase of the current view, set by every ViewChanged:
+  //   Training: a view at or above --min-workers trains, nothing asked of it.
+  //     Joins, leaves or a stop signal ask rank 0 to stop: StopAwaited.
+  //   StopAwaited: rank 0 was asked to stop; the view's ranks report the stop
+  //     commit. Once all did (or stop_report_wait_ms after rank 0's), the next
+  //     view is published, or the job stops: Stopping.
+  //   A view below --min-workers trains nothing; Run fills it from the
+  //   pending workers as soon as enough registered:
+  //   Idle: no wait runs (the view just came, or its successor is published).
+  //   TooFew: too few workers, for at most rendezvous_timeout_ms: Stopping.
+  //   Gathering: enough workers, but the job trained before and more may
+  //     come together (join_window_ms): the view is published when it closes.
+  //   These three survive a view the head publishes that is still below
+  //   --min-workers (a wait is not restarted by a failure).
+  // Stopping: a stop generation (rank 0 writes the checkpoint) is published;
+  //   its view finishes the job.
+  // Finished: the job is over; workers that still come are told why.
+  struct Starting {
+    int64_t since_ms = 0;
+    int64_t exited = 0;  // worker processes seen exiting (before they registered)
+  };
+  struct Recovering {
+    int64_t since_ms = 0;
+    uint32_t world = 0;   // members that held the newest commit before
+    int64_t wait_ms = 0;  // RecoveredJob::wait_ms
+  };
+  struct Training {};
+  struct StopAwaited {
+    bool at_next_commit = false;          // what rank 0 was asked
+    std::optional<int64_t> committed_at;  // when rank 0 reported the commit it stopped at
+    std::set<uint64_t> stopped;           // members of the view out of the stop's collective
+  };
+  struct Idle {};
+  struct TooFew {
+    int64_t since_ms = 0;
+  };
+  struct Gathering {
+    JoinWindow window;
+  };
+  struct Stopping {
+    std::string why;  // the stop generation's reason, and the job's at its end
+  };
+  struct Finished {
+    std::string reason;  // what members outside the last view are told
+  };
+  using Phase = std::variant<Starting, Recovering, Training, StopAwaited, Idle, TooFew, Gathering,
+                             Stopping, Finished>;
 
   void OnTick();
   void OnRegistered(const event::Registered& e);
@@ -239,8 +313,8 @@ class JobController {
   void OnViewChanged(const event::ViewChanged& e);
   void OnDraining(const event::Draining& e);
   void OnCommit(const event::Commit& e);
-  // Rank 0 committed a stop and every live member of the view is out of it.
-  bool EveryoneStopped() const;
+  // Every live member of the view is out of the stop's collective.
+  bool EveryoneStopped(const StopAwaited& awaited) const;
   void StoppedOnRequest();
   // Every member of the view drains at once: keep the job with the copy, or stop.
   void EveryoneLeft();
@@ -250,15 +324,28 @@ class JobController {
   void OnDone(const event::Done& e);
   void OnStopSignal(const event::StopSignal& e);
 
-  void Start();
-  void Recover();
+  void Start(Starting starting);
+  void Recover(Recovering recovering);
   void Run();
+  // Joins, leaves or a stop signal in a view that trains: ask rank 0 to stop
+  // (once per generation, again only to make it stop sooner).
+  void AskToStop(bool changes, bool drain_expired);
+  // A view below --min-workers: publish one from the pending workers when
+  // enough are there (and the join window closed), else wait for them, and
+  // stop after --rendezvous-timeout.
+  void Refill(const std::vector<uint64_t>& staying, std::vector<uint64_t> joining);
+  // The running sub-phase of view_ (a new view, or the first after Starting or
+  // Recovering): one that trains starts afresh; one below --min-workers keeps
+  // the wait it is in.
+  void EnterView();
+  bool Running() const;  // in one of the sub-phases of a running view
   // The pending members that may join now (not draining, not blacklisted
   // unless `blacklisted_too`), up to --max-workers with `staying` in the view.
   std::vector<uint64_t> Joinable(size_t staying, bool blacklisted_too = false);
   bool Blacklisted(uint64_t node);
   // Nobody trains and `ready` workers could start a generation: whether to
-  // start it now or to wait, within --join-window, for more that join together.
+  // start it now or to wait, within --join-window, for more that join
+  // together (Gathering).
   bool JoinWindowOver(size_t ready);
   // Members holding the newest commit first (a holder then broadcasts), the order kept otherwise.
   void SortNewestFirst(std::vector<uint64_t>& ids);
@@ -283,14 +370,16 @@ class JobController {
   // only have lost the head, and the decision waits up to stall_grace_ms for
   // them (Run takes it when no source came back).
   void StateLostUnlessStalled(StateLoss loss);
-  void Finish(int exit_code);
+  // `view_finishes`: the members of the last view end on their own (the job
+  // is done in their generation) and are not told; so are those of a stop
+  // generation.
+  void Finish(int exit_code, std::string reason, bool view_finishes = false);
   void Publish(std::vector<uint64_t> members, const std::string& reason);
   void Notify(Notice notice);
 
   ControllerConfig config_;
   int64_t now_ = 0;
-  int64_t phase_since_ = 0;
-  Phase phase_ = Phase::kStarting;
+  Phase phase_;
   std::vector<Action> out_;
 
   std::map<uint64_t, Member> members_;  // live and registered
@@ -298,37 +387,24 @@ class JobController {
   std::vector<uint64_t> view_;
   bool publishing_ = false;  // a Publish is out and its ViewChanged not yet seen
   std::string next_reason_;  // of the view published next
-  int64_t exited_ = 0;
-  bool started_ = false;  // the first sync happened: no fresh model from now on
-  bool finished_ = false;
+  bool started_ = false;     // the first sync happened: no fresh model from now on
 
   std::optional<StatePoint> newest_;  // the newest commit reported
   std::set<uint64_t> holders_;        // members that hold newest_
   std::optional<StatePoint> copy_;    // the controller's copy
   std::optional<StatePoint> checkpoint_;
-  uint32_t recovered_world_ = 0;
-  int64_t recovery_wait_ms_ = 0;
-  bool waited_said_ = false;  // said that the newest commit's holders did not come back
 
-  std::optional<bool> requested_;  // stop request sent in this generation (value: at next commit)
-  std::optional<int64_t> stop_committed_at_;  // when rank 0 reported the commit it stopped at
-  std::set<uint64_t> stopped_;                // members of the view out of the stop's collective
-  std::optional<int64_t> below_minimum_since_;
-  std::optional<int64_t> gathering_since_;  // the join window opened (nobody trains)
-  int64_t last_arrival_ = 0;                // when the number of joiners last grew
-  size_t gathered_ = 0;                     // joiners then
-  size_t largest_world_ = 0;                // of the generations that trained
+  size_t largest_world_ = 0;  // of the generations that trained
   int stop_signals_ = 0;
   std::string stopped_by_;
-  std::string stopping_;                   // non-empty once a stop generation is on its way
-  bool done_by_last_view_ = true;          // Done came from the generation of view_
-  std::string over_reason_;                // what members outside the last view are told
   std::set<uint64_t> faulted_;             // generations re-formed after a fault
   std::optional<int64_t> faulting_since_;  // first fault with no commit since
 
   std::optional<int64_t> last_tick_ms_;
-  std::optional<int64_t> stalled_at_;        // when the last stall was noticed
-  std::optional<int64_t> lost_in_stall_at_;  // every source was lost in its aftermath, then
+  std::optional<int64_t> stalled_at_;  // when the last stall was noticed
+  // Every source was lost in a stall's aftermath, then: any phase can lose
+  // them (a fault while recovering too), and Run waits up to stall_grace_ms.
+  std::optional<int64_t> lost_in_stall_at_;
 
   std::map<uint64_t, int64_t> failures_by_node_;
   std::map<uint64_t, int64_t> blacklisted_until_;
