@@ -108,8 +108,9 @@ TEST(EpochPlanTest, EverySampleOnceThroughRePlansAndResizes) {
         StepShape shape = ShapeSteps(global_batch, 8, segment.world, rank);
         if (!segment.shares.empty()) shape = WithShares(shape, segment.shares);
         const std::vector<int64_t> mine = sampler.StepIndices(perm, position, rank, shape.shares);
-        if (position + global_batch <= size)
+        if (position + global_batch <= size) {
           EXPECT_EQ(static_cast<int64_t>(mine.size()), shape.share);
+        }
         trained.insert(mine.begin(), mine.end());
         // The loader's view of the rest of the epoch starts with this step's share.
         const std::vector<int64_t> rest = RankSamples(sampler, perm, position, shape);
