@@ -57,7 +57,9 @@ def free_port():
 def run_ours(args, trace):
     run([args.ours, "--workers", str(args.workers), "--dataset", "cifar10", "--data-dir",
          args.data_dir, "--schedule", "cosine", "--loader-threads", "1", "--trace-dir", trace,
-         "--per-worker-batch",
+         # The even split, as DDP's: shares sized by speed would give the
+         # ranks other batches (and batch norm other statistics) than the peer's.
+         "--per-worker-batch", "--no-balance",
          *recipe(args)], os.path.join(args.work, "ours.log"))
 
 

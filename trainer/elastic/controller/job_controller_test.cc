@@ -1189,5 +1189,124 @@ TEST(JobControllerTest, WorkersLostWithoutARecentStallLoseTheStateAtOnce) {
   }
 }
 
+// The join window alone: opened with the first joiners, each arrival (more
+// ready than ever in it) restarts the wait, and kJoinWindows windows bound it.
+TEST(JoinWindowTest, ClosesAWindowAfterTheLastArrivalOrAtItsBound) {
+  struct Count {
+    int64_t at_ms;
+    size_t ready;
+  };
+  struct Case {
+    const char* name;
+    std::vector<Count> counts;  // after opening with 1 ready at 0
+    int64_t at_ms;              // asked then, with a window of 1000 ms
+    bool closed;
+  };
+  const Case cases[] = {
+      {"just opened", {}, 0, false},
+      {"a window after opening", {}, 1000, true},
+      {"an arrival restarts the wait", {{600, 2}}, 1599, false},
+      {"a window after the arrival", {{600, 2}}, 1600, true},
+      {"as many as before is no arrival", {{600, 2}, {900, 2}}, 1600, true},
+      {"fewer (one left) is no arrival", {{600, 2}, {900, 1}}, 1600, true},
+      {"back to the most so far is no arrival", {{600, 2}, {700, 1}, {900, 2}}, 1600, true},
+      {"one more than ever is", {{600, 2}, {700, 1}, {900, 3}}, 1600, false},
+      {"arrivals keep it open", {{900, 2}, {1800, 3}, {2700, 4}, {3600, 5}}, 3999, false},
+      {"but kJoinWindows windows at most", {{900, 2}, {1800, 3}, {2700, 4}, {3600, 5}}, 4000, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    JoinWindow window(1, 0);
+    for (const Count& count : c.counts) window.Count(count.ready, count.at_ms);
+    EXPECT_EQ(window.Closed(c.at_ms, 1000), c.closed);
+  }
+}
+
+// One job through its phases, seen in its actions: starting; training; a
+// join asks rank 0 to stop and waits for every rank's report; every worker
+// leaves with the copy kept (nobody trains); the join window gathers the next
+// workers; a second stop signal stops the job with a checkpoint.
+TEST(JobControllerTest, AJobWalksThroughItsPhases) {
+  ControllerConfig config = Config(2);
+  config.join_window_ms = 2000;
+  Job job(config);
+
+  // Starting: one of two is no start.
+  job.Register(1);
+  EXPECT_TRUE(job.view().empty());
+  job.Register(2);
+  ASSERT_TRUE(job.LastStart());
+  EXPECT_EQ(job.LastStart()->reason, "start");
+  job.Sync();
+  EXPECT_TRUE(job.controller().started());
+  job.Take();
+
+  // Training: nothing changes, nothing is asked.
+  job.Advance(50);
+  job.Commit(At(0, 64, 2), false);
+  EXPECT_TRUE(Only<action::RequestStop>(job.Take()).empty());
+
+  // A join: rank 0 is asked once; the view waits for both ranks' reports.
+  job.Register(3, 2);
+  ASSERT_EQ(Only<action::RequestStop>(job.Take()).size(), 1u);
+  const uint64_t asked = job.generation();
+  job.Feed(event::Commit{asked, At(0, 128, 4), false, true, 1});
+  job.Advance(50);
+  EXPECT_EQ(job.generation(), asked) << "member 2 has not reported the stop";
+  job.Feed(event::Commit{asked, At(0, 128, 4), false, true, 2});
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(job.LastStart()->reason, "1 joined");
+  job.Sync(At(0, 128, 4));
+  job.Take();
+
+  // Everyone leaves at a stop commit the controller holds a copy of: the job
+  // keeps it and waits for workers.
+  for (uint64_t m = 1; m <= 3; ++m) job.Feed(event::Draining{m});
+  ASSERT_EQ(Only<action::RequestStop>(job.Take()).size(), 1u);
+  job.Commit(At(0, 192, 6), /*copy=*/true, /*stopped=*/true);
+  EXPECT_TRUE(job.view().empty());
+  EXPECT_EQ(Told<notice::EveryoneLeavingWithCopy>(job.all()).size(), 1u);
+  for (uint64_t m = 1; m <= 3; ++m) job.Feed(event::Gone{m, false});
+  EXPECT_FALSE(job.ExitCode());
+  job.Take();
+
+  // Gathering: the window opens with the first joiner and closes a window
+  // after the last one.
+  const uint64_t empty = job.generation();
+  job.Register(4, 3);
+  const auto opened = Told<notice::JoinWindowOpened>(job.Take());
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].ready, 1);
+  EXPECT_EQ(opened[0].largest_world, 3);
+  job.Advance(1000);
+  job.Register(5, 3);
+  job.Advance(1999);
+  EXPECT_EQ(job.generation(), empty);
+  job.Advance(1);
+  EXPECT_EQ(job.view(), (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(job.LastStart()->reason, "2 joined with no worker left");
+  EXPECT_EQ(job.LastStart()->source.kind, SourceKind::kControllerCopy);
+  EXPECT_EQ(job.LastStart()->source.point, At(0, 192, 6));
+  job.Sync(At(0, 192, 6));
+  job.Take();
+
+  // Stopping: a second signal asks for the next commit; the stop generation
+  // ends the job, and a worker that comes later is told it is over.
+  job.Feed(event::StopSignal{2, "SIGTERM"});
+  const auto requests = Only<action::RequestStop>(job.Take());
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].at_next_commit);
+  job.Commit(At(0, 256, 8), false, /*stopped=*/true);
+  EXPECT_EQ(job.LastStart()->members, (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(job.LastStart()->stop, "stopped by SIGTERM to the driver");
+  EXPECT_EQ(job.ExitCode(), kExitStopped);
+  EXPECT_TRUE(job.controller().finished());
+  EXPECT_TRUE(Only<action::TellOver>(job.Take()).empty()) << "the stop generation ends itself";
+  job.Register(6);
+  const auto over = Only<action::TellOver>(job.Take());
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].reason, "stopped by SIGTERM to the driver");
+}
+
 }  // namespace
 }  // namespace elastic::trainer
