@@ -67,6 +67,7 @@ void FixedWorld::OnEvaluation(const EvaluationSummary& summary) {
 }
 
 void FixedWorld::OnShares(const ShareReport& report) {
+  if (!report.changed) return;
   std::vector<std::string> names;
   for (int r = 0; r < size_; ++r) names.push_back("rank " + std::to_string(r));
   reporter_.Note(

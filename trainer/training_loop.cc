@@ -297,33 +297,41 @@ void TrainingLoop::ReplanShares(const double* gathered) {
   if (!PacesCoverWindow(paces, config_.share_rule)) return;  // measured over more steps
   if (pace_.steps > 0) allreduce_seconds /= static_cast<double>(pace_.steps);
   pace_ = Pace();
-  if (config_.let_go.below > 0) {
-    const int slow =
-        RankToLetGo({paces, allreduce_seconds}, shape_.step_samples, config_.let_go, slow_streak_);
-    if (slow >= 0) {
-      char why[160];
-      std::snprintf(why, sizeof(why),
-                    "%.1fx slower than the median for %d plans, and a step of %d workers "
-                    "without it is faster",
-                    Slowdowns(paces)[static_cast<size_t>(slow)], config_.let_go.commits,
-                    shape_.world - 1);
-      world_.OnLetGo(slow, why);
-    }
-  }
   // Every rank plans from the same numbers, so all agree on the split.
   const std::vector<int64_t> planned =
       PlanShares(shape_.shares, paces, shape_.step_samples, config_.share_rule);
-  if (planned == shape_.shares) return;
-  shape_ = WithShares(shape_, planned);
-  shares_changed_ = true;
-  if (world_.rank() != 0) return;
+  const bool changed = planned != shape_.shares;
+  if (changed) {
+    shape_ = WithShares(shape_, planned);
+    shares_changed_ = true;
+  }
+  if (world_.rank() == 0) ReportShares(paces, changed);
+  LetGoIfTooSlow(paces, allreduce_seconds);
+}
+
+void TrainingLoop::ReportShares(const std::vector<RankPace>& paces, bool changed) {
   ShareReport report;
   report.at = Point();
+  report.changed = changed;
   report.step_samples = shape_.step_samples;
-  report.shares = planned;
+  report.shares = shape_.shares;
   for (const RankPace& pace : paces) report.speeds.push_back(pace.speed());
   report.slowdowns = Slowdowns(paces);
   world_.OnShares(report);
+}
+
+void TrainingLoop::LetGoIfTooSlow(const std::vector<RankPace>& paces, double allreduce_seconds) {
+  if (config_.let_go.below <= 0) return;
+  const int slow =
+      RankToLetGo({paces, allreduce_seconds}, shape_.step_samples, config_.let_go, slow_streak_);
+  if (slow < 0) return;
+  char why[160];
+  std::snprintf(why, sizeof(why),
+                "%.1fx slower than the median for %d plans, and a step of %d workers without it "
+                "is faster",
+                Slowdowns(paces)[static_cast<size_t>(slow)], config_.let_go.commits,
+                shape_.world - 1);
+  world_.OnLetGo(slow, why);
 }
 
 void TrainingLoop::ReportProgress(const EpochRun& run, const StepShape& shape, double lr,

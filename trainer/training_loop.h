@@ -109,6 +109,10 @@ class TrainingLoop {
   // as CommitPoint summed them); a new split is used from the next step. A
   // rank too slow to keep is told to go (World::OnLetGo).
   void ReplanShares(const double* gathered);
+  // Rank 0: tells the world the plan (World::OnShares).
+  void ReportShares(const std::vector<RankPace>& paces, bool changed);
+  // Tells the world of a rank too slow to keep (shares.h, RankToLetGo).
+  void LetGoIfTooSlow(const std::vector<RankPace>& paces, double allreduce_seconds);
   void ReportProgress(const EpochRun& run, const StepShape& shape, double lr, bool first);
   Boundary EpochBoundary(const StepShape& shape);
   // --eval-every: evaluates inside the epoch, changing nothing that training uses.

@@ -41,9 +41,10 @@ struct CommitReport {
   const Commit* commit;  // the epoch's sums so far and, with `state`, the state
 };
 
-// At a commit whose plan changed how a step is split (shares.h): rank 0's.
+// At a commit that planned how a step is split (shares.h): rank 0's.
 struct ShareReport {
   StatePoint at;
+  bool changed = false;  // the split is new from this commit on
   int64_t step_samples = 0;
   std::vector<int64_t> shares;    // a rank each, from now on
   std::vector<double> speeds;     // samples a second of each rank's own work
@@ -83,7 +84,7 @@ class World {
   virtual void AfterStep(double seconds) {}
   virtual void OnProgress(const StepReport& report) {}
   virtual void OnCommit(const CommitReport& report) {}
-  // Rank 0, after a commit that re-planned the shares.
+  // Rank 0, after a commit that planned the shares (whether or not the split changed).
   virtual void OnShares(const ShareReport& report) {}
   // Every rank, at a plan that found rank `rank` too slow to be worth
   // keeping (shares.h, RankToLetGo); `why` says so. That rank leaves as a

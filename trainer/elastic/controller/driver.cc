@@ -581,8 +581,11 @@ void ControllerActor::OnShares(proto::Shares::Reader s) {
     names.push_back("worker " + std::to_string(view[r]));
     logged.workers.push_back({view[r], shares.back(), speeds.back(), slowdowns.back()});
   }
-  Say("driver: " + DescribeShares(shares, slowdowns, s.getStepSamples(), names));
-  events_.Append(logged);
+  // Every plan updates the metrics; a new split is also said and logged.
+  if (s.getChanged()) {
+    Say("driver: " + DescribeShares(shares, slowdowns, s.getStepSamples(), names));
+    events_.Append(logged);
+  }
   try {
     metrics_.OnShares(shares, speeds);
   } catch (const std::invalid_argument& e) {  // a negative or non-finite value

@@ -207,8 +207,9 @@ struct CommitReport {
   memberId @4 :UInt64;       # who reports: rank 0 every commit, every rank a stop
 }
 
-# Rank 0 -> controller (ToController.shares, a tell): a commit re-planned how
-# a step is split (trainer/shares.h), from every rank's measured speed.
+# Rank 0 -> controller (ToController.shares, a tell): a commit planned how a
+# step is split (trainer/shares.h), from every rank's measured speed, about
+# once a second of training; `changed` when the split is new.
 struct Shares {
   generation @0 :UInt64;
   point @1 :StatePoint;         # the commit the new split starts after
@@ -216,6 +217,7 @@ struct Shares {
   shares @3 :List(Int64);       # a rank each, from now on
   speeds @4 :List(Float64);     # samples a second of each rank's own work
   slowdowns @5 :List(Float64);  # times slower than the median rank
+  changed @6 :Bool;             # the split is new (else the speeds only, for the metrics)
 }
 
 # Rank 0 -> controller (ToController.synced, a tell): the generation restored

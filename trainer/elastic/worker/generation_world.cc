@@ -145,6 +145,7 @@ void GenerationWorld::OnShares(const ShareReport& report) {
     m.setGeneration(generation_);
     ToProto(report.at, m.initPoint());
     m.setStepSamples(report.step_samples);
+    m.setChanged(report.changed);
     const auto size = static_cast<unsigned>(report.shares.size());
     auto shares = m.initShares(size);
     auto speeds = m.initSpeeds(size);
