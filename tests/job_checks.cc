@@ -61,9 +61,14 @@ bool StopAfterAnEpochWithWorld(Process& driver, const std::string& run_dir, int 
 
 void ExpectRolledBackToACommit(const JobEvents& events) {
   const std::vector<JobEvent>& all = events.all();
+  // The first sign of the failure: the head's word of the death, or a
+  // survivor's fault from the collective the death broke, which can come
+  // first and re-form the generation before the death is logged.
   size_t failed = all.size();
-  for (size_t i = 0; i < all.size() && failed == all.size(); ++i)
-    if (all[i]["event"] == "leave" && all[i]["reason"] == "failed") failed = i;
+  for (size_t i = 0; i < all.size() && failed == all.size(); ++i) {
+    const bool died = all[i]["event"] == "leave" && all[i]["reason"] == "failed";
+    if (died || all[i]["event"] == "fault") failed = i;
+  }
   ASSERT_LT(failed, all.size()) << "no worker failed\n" << events.Text();
   bool restored = false;
   for (size_t i = failed + 1; i < all.size(); ++i) {

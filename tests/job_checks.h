@@ -34,9 +34,10 @@ void ExpectStepsWithinTheirEpoch(const std::string& output);
 bool StopAfterAnEpochWithWorld(Process& driver, const std::string& run_dir, int world,
                                std::chrono::seconds timeout);
 
-// A worker failed (a "leave" with reason "failed"), and a generation after
-// it went back to the last commit: its state came from a commit (a member's,
-// the controller's copy or a checkpoint), not from a fresh model.
+// A worker failed (a "leave" with reason "failed", or a survivor's "fault",
+// whichever the log has first), and a generation after it went back to the
+// last commit: its state came from a commit (a member's, the controller's
+// copy or a checkpoint), not from a fresh model.
 void ExpectRolledBackToACommit(const JobEvents& events);
 
 // The test accuracy (percent) of the last epoch in the log, or -1.
