@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -89,7 +90,7 @@ void ExpectSharesSumToTheStep(const JobEvent& e) {
   EXPECT_EQ(sum, e["step_samples"].get<int64_t>()) << e.dump();
 }
 
-// `workers` workers; rank 1 becomes slow mid-run (40% of its speed), is
+// `workers` workers; rank 1 becomes slow mid-run (running 25% of the time), is
 // detected, recovers and gets its share back, becomes slow again; then rank 0
 // is killed and a new worker joins, and the new world plans the slow one a
 // smaller share again. Every sample once an epoch, one checksum a generation.
@@ -111,11 +112,15 @@ void SlowWorkerThroughAKillAndAJoin(int workers) {
   };
   // Mid-run: the first epoch is trained at full speed.
   ASSERT_TRUE(WaitForStep(driver, 2, 1)) << log();
-  auto throttle = std::make_unique<Throttle>(slow_pid, 0.4);
+  // Clearly slower, also where 4 workers share 2 cores (each has half a core
+  // anyway, and a stop that falls in a wait costs nothing): a quarter of the time.
+  auto throttle = std::make_unique<Throttle>(slow_pid, 0.25);
+  const int64_t even = 64 / workers;
 
   // Detected within a few commits: a smaller share than every other worker's.
-  const JobEvent detected = WaitForShares(
-      dir, 300, [&](const JobEvent& e) { return e["generation"] == 1 && SmallestShare(e, slow); });
+  const JobEvent detected = WaitForShares(dir, 300, [&](const JobEvent& e) {
+    return e["generation"] == 1 && SmallestShare(e, slow) && 4 * ShareOf(e, slow) <= 3 * even;
+  });
   ASSERT_FALSE(detected.is_null()) << log();
   EXPECT_EQ(detected["step_samples"], 64);
   ExpectSharesSumToTheStep(detected);
@@ -127,19 +132,19 @@ void SlowWorkerThroughAKillAndAJoin(int workers) {
           .empty())
       << log();
 
-  // Recovered: its share comes back to within a sample of the even one.
+  // Recovered: its share comes back near the even one (within the planner's
+  // 10% tolerance, and a sample or two of noise under a loaded machine).
   throttle.reset();
-  const int64_t even = 64 / workers;
   const JobEvent recovered = WaitForShares(dir, 300, [&](const JobEvent& e) {
     return e["generation"] == 1 && e["point"]["step"] > detected["point"]["step"] &&
-           ShareOf(e, slow) >= even - 1;
+           ShareOf(e, slow) >= even - std::max<int64_t>(2, even / 5);
   });
   ASSERT_FALSE(recovered.is_null()) << log();
   ExpectSharesSumToTheStep(recovered);
 
   // Slow again; a fast worker is killed and another joins: the new worlds
   // start even and plan the slow worker the smallest share again.
-  throttle = std::make_unique<Throttle>(slow_pid, 0.4);
+  throttle = std::make_unique<Throttle>(slow_pid, 0.25);
   ASSERT_FALSE(WaitForShares(dir, 300,
                              [&](const JobEvent& e) {
                                return e["point"]["step"] > recovered["point"]["step"] &&
