@@ -474,11 +474,17 @@ void TrainingLoop::RecomputeBatchNorm() {
 
 void TrainingLoop::FinishTraining() {
   world_.OnRanksAgreeAtEnd(CheckRanksAgree("end"));
-  if (world_.rank() != 0) return;
-  // The boundary that ended training committed the state already.
-  const bool committed = state_.holds_commit && state_.committed == Point();
-  WriteCheckpoint(committed ? state_.commit.learner : learner_.CaptureState(), Point());
-  world_.OnFinished(Point(), state_.last_metric, state_.stopped_early);
+  if (world_.rank() == 0) {
+    // The boundary that ended training committed the state already.
+    const bool committed = state_.holds_commit && state_.committed == Point();
+    WriteCheckpoint(committed ? state_.commit.learner : learner_.CaptureState(), Point());
+    world_.OnFinished(Point(), state_.last_metric, state_.stopped_early);
+  }
+  // The others leave once rank 0 has written the checkpoint and reported the
+  // end: a rank gone before that looks to an elastic job's controller like a
+  // member leaving a job that still trains, and it re-formed a generation of
+  // the rest for nothing.
+  if (Communicator* comm = world_.control()) comm->Barrier();
 }
 
 void TrainingLoop::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& at) {
