@@ -1,22 +1,27 @@
 // elastic::Main: the flags, then one of the ways a program runs (api/elastic.h).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "api/elastic.h"
+#include "api/fixed_run_events.h"
 #include "collectives/mpi_communicator.h"
 #include "runtime/preforked_workers.h"
 #include "trainer/allocator.h"
 #include "trainer/checkpoint.h"
 #include "trainer/compute_threads.h"
+#include "trainer/elastic/controller/journal.h"
+#include "trainer/elastic/controller/run_events.h"
 #include "trainer/elastic/elastic.h"
 #include "trainer/elastic/elastic_options.h"
 #include "trainer/flags.h"
 #include "trainer/model_export.h"
 #include "trainer/mpi_mode.h"
 #include "trainer/trainer.h"
+#include "trainer/training_loop.h"
 
 namespace elastic {
 namespace {
@@ -56,25 +61,97 @@ void PrintDone(const trainer::TrainResult& result, const trainer::Task& task,
   std::printf("\n");
 }
 
+// The event log of a run in a fixed world (api/fixed_run_events.h): rank 0's
+// --run-dir (else DefaultRunDirectory()), the same file on every rank of
+// `world` (null: one process). Rank 0 says where. A --run-dir that cannot be
+// written is an error; the default is not worth stopping for: a warning, and
+// the run goes on without a log (as a full disk later would).
+class FixedRunLog {
+ public:
+  FixedRunLog(const std::string& run_dir, collectives::Communicator* world,
+              const std::string& program) {
+    std::string dir = run_dir.empty() ? trainer::DefaultRunDirectory() : run_dir;
+    // A default named by the clock could differ between the ranks by a second.
+    if (world != nullptr) dir = trainer::BroadcastBytes(*world, 0, &dir, 1 << 16);
+    const bool says = world == nullptr || world->rank() == 0;
+    try {
+      log_ = std::make_unique<trainer::EventLog>(
+          (std::filesystem::path(dir) / trainer::kEventsFile).string(),
+          [program](const std::string& line) {
+            std::fprintf(stderr, "%s: %s\n", program.c_str(), line.c_str());
+          });
+    } catch (const std::exception& e) {
+      if (!run_dir.empty()) throw;
+      std::fprintf(stderr, "%s: warning: no event log: %s\n", program.c_str(), e.what());
+      return;
+    }
+    if (says) std::printf("events in %s\n", log_->path().c_str());
+  }
+
+  // Rank 0: the job started, with the task's metric; then `events()` is told the rest.
+  void Start(const TrainOptions& options, const trainer::Task& task, int world) {
+    if (log_ == nullptr) return;
+    events_ = std::make_unique<FixedRunEvents>(*log_, trainer::MetricLabelOf(task));
+    events_->Start(trainer::NewJobId(), options, world);
+  }
+  // Every other rank: only its `params`.
+  void StartRank(const trainer::Task& task) {
+    if (log_ == nullptr) return;
+    events_ = std::make_unique<FixedRunEvents>(*log_, trainer::MetricLabelOf(task));
+  }
+  FixedRunEvents* events() { return events_.get(); }
+  // Rank 0, once it started: the `end` event.
+  void End(int exit_code, const std::string& reason) {
+    if (events_ != nullptr) events_->End(exit_code, reason);
+  }
+
+ private:
+  std::unique_ptr<trainer::EventLog> log_;
+  std::unique_ptr<FixedRunEvents> events_;
+};
+
+// The task of a fixed run, checked as far as the event log's `start` needs it
+// (Trainer checks the rest).
+trainer::Task MakeTask(const TrainOptions& options, const Program& program) {
+  trainer::Task task = program.make_task(options);
+  if (!task.objective) task.Check();  // throws, naming what is missing
+  return task;
+}
+
+constexpr char kDoneReason[] = "the job is done";
+
 // One rank of the fixed-size job mpirun started: the same loop as a
 // single-process run, over MPI_COMM_WORLD.
-int RunMpiRank(TrainOptions options, const Program& program) {
+int RunMpiRank(TrainOptions options, const trainer::ElasticOptions& elastic_options,
+               const Program& program) {
   std::unique_ptr<collectives::Communicator> world;
+  std::unique_ptr<FixedRunLog> log;
   try {
     collectives::MpiCommunicatorFactory factory;
     world = factory.Create(collectives::MpiCommunicatorFactory::WorldMembership());
     if (options.threads == 0) options.threads = trainer::MpiThreadsPerRank();
+    log = std::make_unique<FixedRunLog>(elastic_options.run_dir, world.get(), program.name);
     if (world->rank() == 0) {
       trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
       std::printf("mpirun: %d ranks, %lld images per rank and step, lr %g x %d\n", world->size(),
                   static_cast<long long>(options.batch_size), options.lr, world->size());
     }
-    trainer::Trainer run(options, program.make_task(options), stdout, world.get());
+    trainer::Task task = MakeTask(options, program);
+    if (world->rank() == 0) {
+      log->Start(options, task, world->size());
+    } else {
+      log->StartRank(task);
+    }
+    trainer::Trainer run(options, std::move(task), stdout, world.get(), log->events());
     const trainer::TrainResult result = run.Run();
-    if (world->rank() == 0) PrintDone(result, run.task(), options.checkpoint_dir);
+    if (world->rank() == 0) {
+      PrintDone(result, run.task(), options.checkpoint_dir);
+      log->End(trainer::kExitOk, kDoneReason);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error (MPI rank %d of %d): %s\n", program.name.c_str(),
                  world ? world->rank() : -1, world ? world->size() : 0, e.what());
+    if (log != nullptr && world->rank() == 0) log->End(trainer::kExitError, e.what());
     // Leave MPI without MPI_Finalize, which would wait for ranks that may be
     // blocked in a collective with this one: mpirun sees the failed rank and
     // ends the others at once.
@@ -159,7 +236,9 @@ int Main(int argc, char** argv, const Program& program) {
     const bool job_flags_from_controller =
         elastic_options.role == "worker" || !elastic_options.join.empty();
     if (!job_flags_from_controller) trainer::ValidateTrainOptions(options, models);
-    if (trainer::StartedByMpirun()) trainer::ValidateMpiRun(flags);
+    if (trainer::StartedByMpirun()) {
+      trainer::ValidateMpiRun(flags, trainer::ProcessFlagsOfEveryMode());
+    }
     trainer::ValidateElasticOptions(elastic_options, options);
     // The workers would compute here: refuse what they would get wrong now.
     if (!elastic_options.controller_only && !options.list_models) {
@@ -170,19 +249,25 @@ int Main(int argc, char** argv, const Program& program) {
     return 2;
   }
   if (options.list_models) return ListModels();
-  if (trainer::StartedByMpirun()) return RunMpiRank(options, program);
+  if (trainer::StartedByMpirun()) return RunMpiRank(options, elastic_options, program);
   if (trainer::IsElasticRun(elastic_options)) {
     return RunElasticJob(elastic_options, options, flags.given(), program);
   }
+  std::unique_ptr<FixedRunLog> log;
   try {
+    log = std::make_unique<FixedRunLog>(elastic_options.run_dir, nullptr, program.name);
     trainer::CheckNoCheckpointToReplace(options.checkpoint_dir, options.resume);
-    trainer::Trainer run(options, program.make_task(options), stdout);
+    trainer::Task task = MakeTask(options, program);
+    log->Start(options, task, 1);
+    trainer::Trainer run(options, std::move(task), stdout, nullptr, log->events());
     PrintDone(run.Run(), run.task(), options.checkpoint_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.name.c_str(), e.what());
-    return 1;
+    if (log != nullptr) log->End(trainer::kExitError, e.what());
+    return trainer::kExitError;
   }
-  return 0;
+  log->End(trainer::kExitOk, kDoneReason);
+  return trainer::kExitOk;
 }
 
 }  // namespace elastic

@@ -2,35 +2,39 @@
 // ranks of //trainer:cifar (resnet8 on a subset of Fashion-MNIST) that talk
 // over Open MPI's TCP transport on loopback.
 //
-// What they check, from the processes' own output:
+// What they check, from the job's event log (<--run-dir>/events.jsonl,
+// docs/events.md), which every rank appends to:
 // - two ranks train to accuracy; each rank logs a checksum of its parameters
-//   at the start (after rank 0's broadcast) and at the end, and they agree;
-// - rank 0 alone prints the progress, one summary line per epoch;
+//   (a `params` event) at the start (after rank 0's broadcast) and at the
+//   end, and they agree;
+// - rank 0 alone reports the progress, one `epoch` event per epoch;
 // - two ranks of per-rank batch B and lr L train like one process of batch 2B
 //   and lr 2L (same samples in every step, same schedule);
 // - a run stopped after one epoch and resumed from rank 0's checkpoint ends
 //   with parameters bit-identical to the uninterrupted run;
 // - three ranks over a data set whose last step is too short to give every
 //   rank a sample (weighted gradients, a filler sample) finish in agreement;
-// - the elastic flags and a missing checkpoint are refused with clear errors.
+// - the elastic flags and a missing checkpoint are refused with clear errors
+//   (those, the words for people, from the processes' output).
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/job_checks.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace {
 
 using elastic::tests::FreshTempDir;
-
+using elastic::tests::JobEvent;
+using elastic::tests::JobEvents;
 using elastic::tests::Process;
 
 constexpr char kMpirun[] = "/usr/bin/mpirun";
@@ -68,50 +72,72 @@ std::vector<std::string> Plus(std::vector<std::string> flags,
   return flags;
 }
 
-double FinalAccuracy(const std::string& output) {
-  std::smatch m;
-  const std::regex re("done: \\d+ epochs, \\d+ steps, test accuracy ([0-9.]+)%");
-  if (!std::regex_search(output, m, re)) return -1;
-  return std::stod(m[1]);
+// The final test accuracy (percent) of a run: its `done` event's, or -1.
+double FinalAccuracy(const JobEvents& events) {
+  const JobEvent done = events.Last("done");
+  return done.is_null() ? -1 : 100 * done["test_metric"].get<double>();
 }
 
-// The first match of `pattern`'s group 1 in `output`, or "".
-std::string Field(const std::string& output, const std::string& pattern) {
-  std::smatch m;
-  if (!std::regex_search(output, m, std::regex(pattern))) return "";
-  return m[1];
+// How many `epoch` events the run logged for epoch `epoch` (counted from 1).
+int EpochEvents(const JobEvents& events, int epoch) {
+  int count = 0;
+  for (const JobEvent& e : events.Of("epoch"))
+    if (e["epoch"] == epoch) ++count;
+  return count;
 }
 
-int Count(const std::string& output, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(output.begin(), output.end(), re),
-                                        std::sregex_iterator()));
+// The `params` events of each rank, in its order: the start's (after the
+// sync), then the end's (docs/events.md, "Fixed-size runs").
+std::map<int, std::vector<JobEvent>> ParamsByRank(const JobEvents& events) {
+  std::map<int, std::vector<JobEvent>> by_rank;
+  for (const JobEvent& p : events.Of("params")) by_rank[p["rank"].get<int>()].push_back(p);
+  return by_rank;
 }
 
-// The parameter checksum each rank logged at `when` ("start" or "end").
-std::map<int, std::string> Checksums(const std::string& output, int ranks,
-                                     const std::string& when) {
-  const std::regex re("rank (\\d+) of " + std::to_string(ranks) + ": parameters at " + when +
-                      ": checksum=([0-9a-f]{16})");
-  std::map<int, std::string> by_rank;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    by_rank[std::stoi((*it)[1])] = (*it)[2];
+// The `params` event each rank logged at `when` ("start" or "end").
+std::map<int, JobEvent> Checksums(const JobEvents& events, const std::string& when) {
+  std::map<int, JobEvent> by_rank;
+  for (const auto& [rank, params] : ParamsByRank(events)) {
+    EXPECT_EQ(params.size(), 2u) << "rank " << rank << ": one at the start, one at the end\n"
+                                 << events.Text();
+    const size_t index = when == "start" ? 0 : 1;
+    if (index < params.size()) by_rank[rank] = params[index];
   }
   return by_rank;
 }
 
-// Every rank logged a checksum at `when`, all equal; returns it.
-std::string AgreedChecksum(const std::string& output, int ranks, const std::string& when) {
-  const std::map<int, std::string> sums = Checksums(output, ranks, when);
+// Every rank of `ranks` logged a checksum at `when`, all equal, at the same
+// point (at the end: where the run's `done` says it ended); returns it.
+std::string AgreedChecksum(const JobEvents& events, int ranks, const std::string& when) {
+  const std::map<int, JobEvent> sums = Checksums(events, when);
   EXPECT_EQ(sums.size(), static_cast<size_t>(ranks))
       << "not every rank logged its checksum at " << when << "\n"
-      << output;
+      << events.Text();
   if (sums.empty()) return "";
-  for (const auto& [rank, sum] : sums) {
-    EXPECT_EQ(sum, sums.begin()->second) << "rank " << rank << " differs at " << when;
+  const JobEvent& first = sums.begin()->second;
+  for (const auto& [rank, params] : sums) {
+    EXPECT_EQ(params["world"], ranks) << params.dump();
+    EXPECT_EQ(params["generation"], 0) << params.dump();
+    EXPECT_EQ(params["member"], rank) << params.dump();
+    EXPECT_EQ(params["checksum"], first["checksum"]) << "rank " << rank << " differs at " << when;
+    EXPECT_EQ(params["point"], first["point"]) << "rank " << rank << " at " << when;
   }
-  return sums.begin()->second;
+  const JobEvent done = events.Last("done");
+  if (when == "end" && !done.is_null()) {
+    EXPECT_EQ(first["point"]["step"], done["steps"]) << events.Text();
+    EXPECT_EQ(first["point"]["epoch"], done["epochs"]) << events.Text();
+  }
+  return first["checksum"].get<std::string>();
+}
+
+// Rank 0 logged the run from its start to its end, which is this exit code.
+void ExpectOneRun(const JobEvents& events, int ranks, int exit_code) {
+  ASSERT_EQ(events.Of("start").size(), 1u) << events.Text();
+  EXPECT_EQ(events.all().front()["event"], "start") << events.Text();
+  EXPECT_EQ(events.all().front()["workers"], ranks);
+  EXPECT_EQ(events.all().back()["event"], "end") << events.Text();
+  EXPECT_EQ(events.Of("end").size(), 1u) << events.Text();
+  EXPECT_EQ(events.all().back()["exit_code"], exit_code) << events.Text();
 }
 
 bool Exists(const std::string& path) {
@@ -126,24 +152,35 @@ std::string g_two_rank_checksum;
 TEST(MpiTest, TwoRanksTrainLikeOneProcessOfTheirGlobalBatch) {
   const std::string dir = FreshTempDir("two");
   Process job(Mpirun(2, Plus(TrainFlags(2), {"--batch-size=32", "--lr=0.05",
-                                             "--checkpoint-dir=" + dir + "/checkpoint"})),
+                                             "--checkpoint-dir=" + dir + "/checkpoint",
+                                             "--run-dir=" + dir + "/run"})),
               dir + "/mpirun.log");
   ASSERT_EQ(job.Wait(kJobTimeout), 0) << job.Output();
   const std::string output = job.Output();
   EXPECT_NE(output.find("mpirun: 2 ranks, 32 images per rank and step, lr 0.05 x 2"),
             std::string::npos)
       << output;
+  const JobEvents events = JobEvents::Read(dir + "/run");
+  ExpectOneRun(events, 2, 0);
   // resnet8 after 2 epochs of 3072 samples: ~68% on the first 2000 test images.
-  const double accuracy = FinalAccuracy(output);
-  EXPECT_GE(accuracy, 55.0) << output;
-  // Rank 0 alone reports: one summary line per epoch, one result.
-  EXPECT_EQ(Count(output, "epoch 1/2 train loss"), 1) << output;
-  EXPECT_EQ(Count(output, "epoch 2/2 train loss"), 1) << output;
-  EXPECT_EQ(Count(output, "done: "), 1) << output;
-  EXPECT_EQ(Count(output, "step 48/48 \\(global 96\\)"), 1) << "2 x 32 samples per step";
-  AgreedChecksum(output, 2, "start");
-  g_two_rank_checksum = AgreedChecksum(output, 2, "end");
+  const double accuracy = FinalAccuracy(events);
+  EXPECT_GE(accuracy, 55.0) << events.Text();
+  // Rank 0 alone reports: one summary per epoch, one result.
+  EXPECT_EQ(EpochEvents(events, 1), 1) << events.Text();
+  EXPECT_EQ(EpochEvents(events, 2), 1) << events.Text();
+  EXPECT_EQ(events.Of("epoch").size(), 2u) << events.Text();
+  ASSERT_EQ(events.Of("done").size(), 1u) << events.Text();
+  // 48 steps an epoch: 2 x 32 samples per step.
+  EXPECT_EQ(events.Last("done")["steps"], 96) << events.Text();
+  EXPECT_EQ(events.Last("done")["epochs"], 2) << events.Text();
+  for (const JobEvent& e : events.Of("epoch")) EXPECT_EQ(e["world"], 2) << e.dump();
+  AgreedChecksum(events, 2, "start");
+  g_two_rank_checksum = AgreedChecksum(events, 2, "end");
   EXPECT_TRUE(Exists(dir + "/checkpoint/checkpoint.ckpt"));
+  const JobEvent checkpoint = events.Last("checkpoint");
+  ASSERT_FALSE(checkpoint.is_null()) << events.Text();
+  EXPECT_EQ(checkpoint["path"], dir + "/checkpoint/checkpoint.ckpt");
+  EXPECT_EQ(checkpoint["point"]["step"], 96);
 
   // One process, batch 2 x 32 and lr 2 x 0.05: every step trains on the same
   // 64 samples with the same learning rate, and the allreduced average of two
@@ -151,18 +188,27 @@ TEST(MpiTest, TwoRanksTrainLikeOneProcessOfTheirGlobalBatch) {
   // batch normalisation (each rank normalises with the statistics of its own
   // 32 samples) and the order of float sums, so the runs agree closely but not
   // bit for bit.
-  std::vector<std::string> single_args = {Binary(), "--batch-size=64", "--lr=0.1"};
+  std::vector<std::string> single_args = {Binary(), "--batch-size=64", "--lr=0.1",
+                                          "--run-dir=" + dir + "/single-run"};
   for (const std::string& flag : TrainFlags(2)) single_args.push_back(flag);
   Process single(single_args, dir + "/single.log");
   ASSERT_EQ(single.Wait(kJobTimeout), 0) << single.Output();
-  const double single_accuracy = FinalAccuracy(single.Output());
-  ASSERT_GE(single_accuracy, 0) << single.Output();
-  const std::string single_output = single.Output();
-  // The learning rate of the same step is the same: --lr x ranks.
-  const std::string lr_at_step_16 =
-      "epoch 1/2 step 16/48 \\(global 16\\) loss [0-9.]+ acc [0-9.]+% lr ([0-9.e-]+) ";
-  EXPECT_EQ(Field(output, lr_at_step_16), Field(single_output, lr_at_step_16));
-  EXPECT_FALSE(Field(output, lr_at_step_16).empty()) << output;
+  const JobEvents single_events = JobEvents::Read(dir + "/single-run");
+  ExpectOneRun(single_events, 1, 0);
+  const double single_accuracy = FinalAccuracy(single_events);
+  ASSERT_GE(single_accuracy, 0) << single_events.Text();
+  EXPECT_EQ(single_events.Last("done")["steps"], 96) << single_events.Text();
+  // The learning rate of the same step is the same: --lr x ranks (at each
+  // epoch's last step, 48 and 96).
+  const std::vector<JobEvent> epochs = events.Of("epoch");
+  const std::vector<JobEvent> single_epochs = single_events.Of("epoch");
+  ASSERT_EQ(single_epochs.size(), epochs.size()) << single_events.Text();
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    EXPECT_GT(epochs[i]["learning_rate"].get<double>(), 0) << epochs[i].dump();
+    EXPECT_DOUBLE_EQ(epochs[i]["learning_rate"].get<double>(),
+                     single_epochs[i]["learning_rate"].get<double>())
+        << "epoch " << i + 1;
+  }
   // Measured (seed 1, two runs each): np=2 68.15% and 68.10%, one process
   // 68.15% and 67.85%; one process with seed 2: 68.80%. 3 points is several
   // times both the np=2 / one-process difference and the seed-to-seed spread.
@@ -170,7 +216,7 @@ TEST(MpiTest, TwoRanksTrainLikeOneProcessOfTheirGlobalBatch) {
   // lr comparison above does.)
   EXPECT_NEAR(accuracy, single_accuracy, 3.0)
       << "np=2 and one process of the same global batch disagree\n"
-      << output << single_output;
+      << events.Text() << single_events.Text();
 }
 
 TEST(MpiTest, ResumeFromRankZerosCheckpointContinuesExactly) {
@@ -178,28 +224,41 @@ TEST(MpiTest, ResumeFromRankZerosCheckpointContinuesExactly) {
   const std::vector<std::string> flags = Plus(
       TrainFlags(2), {"--batch-size=32", "--lr=0.05", "--checkpoint-dir=" + dir + "/checkpoint"});
   // Stop after the first epoch (48 steps of 2 x 32), then resume the second.
-  Process first(Mpirun(2, Plus(flags, {"--max-steps=48"})), dir + "/first.log");
+  Process first(Mpirun(2, Plus(flags, {"--max-steps=48", "--run-dir=" + dir + "/first"})),
+                dir + "/first.log");
   ASSERT_EQ(first.Wait(kJobTimeout), 0) << first.Output();
-  EXPECT_NE(first.Output().find("done: 1 epochs, 48 steps"), std::string::npos) << first.Output();
+  const JobEvents first_events = JobEvents::Read(dir + "/first");
+  ExpectOneRun(first_events, 2, 0);
+  const JobEvent first_done = first_events.Last("done");
+  ASSERT_FALSE(first_done.is_null()) << first_events.Text();
+  EXPECT_EQ(first_done["epochs"], 1) << first_events.Text();
+  EXPECT_EQ(first_done["steps"], 48) << first_events.Text();
   ASSERT_TRUE(Exists(dir + "/checkpoint/checkpoint.ckpt"));
-  const std::string after_first = AgreedChecksum(first.Output(), 2, "end");
+  const std::string after_first = AgreedChecksum(first_events, 2, "end");
 
-  Process second(Mpirun(2, Plus(flags, {"--resume"})), dir + "/second.log");
+  Process second(Mpirun(2, Plus(flags, {"--resume", "--run-dir=" + dir + "/second"})),
+                 dir + "/second.log");
   ASSERT_EQ(second.Wait(kJobTimeout), 0) << second.Output();
-  const std::string output = second.Output();
-  EXPECT_EQ(Count(output, "resumed from .* at epoch 2, position 0, step 48"), 1) << output;
-  // Rank 1 never read the file: it starts from what rank 0 broadcast.
-  EXPECT_EQ(AgreedChecksum(output, 2, "start"), after_first);
-  EXPECT_EQ(Count(output, "epoch 1/2 train loss"), 0) << output;
-  EXPECT_EQ(Count(output, "epoch 2/2 train loss"), 1) << output;
-  const std::string final_sum = AgreedChecksum(output, 2, "end");
+  const JobEvents events = JobEvents::Read(dir + "/second");
+  ExpectOneRun(events, 2, 0);
+  // Rank 1 never read the file: it starts from what rank 0 broadcast, the
+  // point of the checkpoint (epoch 2 to people, 1 counted from 0).
+  EXPECT_EQ(AgreedChecksum(events, 2, "start"), after_first);
+  for (const auto& [rank, params] : Checksums(events, "start")) {
+    EXPECT_EQ(params["point"], (JobEvent{{"epoch", 1}, {"position", 0}, {"step", 48}}))
+        << params.dump();
+  }
+  EXPECT_EQ(EpochEvents(events, 1), 0) << events.Text();
+  EXPECT_EQ(EpochEvents(events, 2), 1) << events.Text();
+  EXPECT_EQ(events.Last("done")["steps"], 96) << events.Text();
+  const std::string final_sum = AgreedChecksum(events, 2, "end");
   // The training is deterministic (fixed seed, ordered sums over two ranks,
   // augmentation a function of seed, epoch and sample), so the interrupted run
   // must end exactly where the uninterrupted one did.
   if (!g_two_rank_checksum.empty()) {
     EXPECT_EQ(final_sum, g_two_rank_checksum)
         << "the resumed run does not end with the uninterrupted run's parameters\n"
-        << output;
+        << events.Text();
   }
 }
 
@@ -207,16 +266,20 @@ TEST(MpiTest, ThreeRanksFinishAShortLastStepWithoutSamplesForOneRank) {
   const std::string dir = FreshTempDir("three");
   // 962 = 10 steps of 3 x 32, then a last step of 2 samples: ranks 0 and 1
   // train one each, rank 2 none (a zero-weighted filler sample).
-  Process job(Mpirun(3, {"--model=resnet8", "--dataset=fashion-mnist", "--train-samples=962",
-                         "--test-samples=500", "--epochs=1", "--batch-size=32", "--lr=0.05",
-                         "--seed=1", "--loader-threads=1", "--log-every=1"}),
-              dir + "/mpirun.log");
+  Process job(
+      Mpirun(3, {"--model=resnet8", "--dataset=fashion-mnist", "--train-samples=962",
+                 "--test-samples=500", "--epochs=1", "--batch-size=32", "--lr=0.05", "--seed=1",
+                 "--loader-threads=1", "--log-every=1", "--run-dir=" + dir + "/run"}),
+      dir + "/mpirun.log");
   ASSERT_EQ(job.Wait(kJobTimeout), 0) << job.Output();
-  const std::string output = job.Output();
-  EXPECT_EQ(Count(output, "step 11/11 \\(global 11\\)"), 1) << output;
-  EXPECT_EQ(Count(output, "epoch 1/1 train loss"), 1) << output;
-  AgreedChecksum(output, 3, "start");
-  AgreedChecksum(output, 3, "end");
+  const JobEvents events = JobEvents::Read(dir + "/run");
+  ExpectOneRun(events, 3, 0);
+  ASSERT_EQ(events.Of("done").size(), 1u) << events.Text();
+  EXPECT_EQ(events.Last("done")["steps"], 11) << events.Text();
+  EXPECT_EQ(events.Last("done")["epochs"], 1) << events.Text();
+  EXPECT_EQ(EpochEvents(events, 1), 1) << events.Text();
+  AgreedChecksum(events, 3, "start");
+  AgreedChecksum(events, 3, "end");
 }
 
 // A refused run: mpirun exits non-zero and the output names the problem.
@@ -240,7 +303,8 @@ TEST(MpiTest, ElasticFlagsAreRefused) {
 
 TEST(MpiTest, MissingCheckpointIsAClearError) {
   const std::string dir = FreshTempDir("missing");
-  Process job(Mpirun(2, Plus(TrainFlags(1), {"--resume", "--checkpoint-dir=" + dir + "/none"})),
+  Process job(Mpirun(2, Plus(TrainFlags(1), {"--resume", "--checkpoint-dir=" + dir + "/none",
+                                             "--run-dir=" + dir + "/run"})),
               dir + "/mpirun.log");
   ASSERT_GT(job.Wait(std::chrono::seconds(120)), 0) << job.Output();
   const std::string output = job.Output();
@@ -248,6 +312,19 @@ TEST(MpiTest, MissingCheckpointIsAClearError) {
   EXPECT_NE(output.find(dir + "/none/checkpoint.ckpt"), std::string::npos)
       << "rank 0's error names the file\n"
       << output;
+  // Nothing trained. Rank 0's log ends in the error, unless mpirun ended
+  // rank 0 first, for rank 1's own error (the sync it waited in failed).
+  const JobEvents events = JobEvents::Read(dir + "/run");
+  EXPECT_EQ(events.Of("start").size(), 1u) << events.Text();
+  EXPECT_TRUE(events.Of("epoch").empty()) << events.Text();
+  EXPECT_TRUE(events.Of("done").empty()) << events.Text();
+  const JobEvent end = events.Last("end");
+  if (!end.is_null()) {
+    EXPECT_EQ(end["outcome"], "error") << events.Text();
+    EXPECT_NE(end["reason"].get<std::string>().find(dir + "/none/checkpoint.ckpt"),
+              std::string::npos)
+        << events.Text();
+  }
 }
 
 }  // namespace

@@ -20,12 +20,13 @@ std::FILE* OpenNullSink() {
 }  // namespace
 
 FixedWorld::FixedWorld(collectives::Communicator* comm, std::FILE* out, int64_t epochs,
-                       int64_t log_every, MetricLabel metric)
+                       int64_t log_every, MetricLabel metric, RunObserver* observer)
     : comm_(comm),
       rank_(comm != nullptr ? comm->rank() : 0),
       size_(comm != nullptr ? comm->size() : 1),
       quiet_(rank_ != 0 ? OpenNullSink() : nullptr),
       out_(rank_ != 0 ? quiet_ : out),
+      observer_(observer != nullptr ? observer : &none_),
       epochs_(epochs),
       reporter_(out_, ProgressReporter::IsTerminal(out_), log_every, std::move(metric)) {}
 
@@ -40,30 +41,42 @@ void FixedWorld::LogChecksum(const char* when, uint64_t checksum) const {
   std::fflush(stderr);
 }
 
-void FixedWorld::OnSynced(const StatePoint&, uint64_t checksum) { LogChecksum("start", checksum); }
+void FixedWorld::OnSynced(const StatePoint& at, uint64_t checksum) {
+  at_ = at;
+  LogChecksum("start", checksum);
+  observer_->OnParams(rank_, size_, at, checksum, false);
+}
 
-void FixedWorld::OnRanksAgreeAtEnd(uint64_t checksum) { LogChecksum("end", checksum); }
+void FixedWorld::OnRanksAgreeAtEnd(uint64_t checksum) {
+  LogChecksum("end", checksum);
+  observer_->OnParams(rank_, size_, at_, checksum, true);
+}
 
 void FixedWorld::OnEpochStart(int64_t epoch, int64_t steps_in_epoch) {
   reporter_.StartEpoch(epoch + 1, epochs_, steps_in_epoch);
 }
 
 void FixedWorld::OnProgress(const StepReport& r) {
+  at_ = r.at;
   epoch_images_ = r.seen;
   epoch_seconds_ = reporter_.epoch_seconds() - epoch_eval_seconds_;
   reporter_.Step(r.step_in_epoch, r.at.step, static_cast<int64_t>(r.seen), r.loss, r.metric, r.lr);
 }
+
+void FixedWorld::OnCommit(const CommitReport& report) { at_ = report.at; }
 
 void FixedWorld::OnEpochEnd(const EpochSummary& summary) {
   images_ += epoch_images_;
   seconds_ += epoch_seconds_;
   epoch_images_ = epoch_seconds_ = epoch_eval_seconds_ = 0;
   reporter_.EndEpoch(summary);
+  observer_->OnEpochEnd(summary);
 }
 
 void FixedWorld::OnEvaluation(const EvaluationSummary& summary) {
   epoch_eval_seconds_ += summary.seconds;
   reporter_.Evaluated(summary);
+  observer_->OnEvaluation(summary);
 }
 
 void FixedWorld::OnShares(const ShareReport& report) {
@@ -79,10 +92,15 @@ double FixedWorld::train_images_per_second() const {
   return seconds > 0 ? (images_ + epoch_images_) / seconds : 0;
 }
 
-void FixedWorld::OnFinished(const StatePoint&, double, bool early_stopped) {
+void FixedWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
+  observer_->OnCheckpoint(at, path);
+}
+
+void FixedWorld::OnFinished(const StatePoint& at, double metric, bool early_stopped) {
   if (early_stopped) {
     reporter_.Note("early stopping: test loss has not improved for --patience epochs");
   }
+  observer_->OnFinished(at, metric, early_stopped);
 }
 
 }  // namespace elastic::trainer

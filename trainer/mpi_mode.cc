@@ -4,14 +4,16 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace elastic::trainer {
 
 bool StartedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
 
-void ValidateMpiRun(const FlagSet& flags) {
+void ValidateMpiRun(const FlagSet& flags, const std::vector<std::string>& every_mode) {
   for (const std::string& name : flags.given()) {
     if (flags.ScopeOf(name) == FlagScope::kTraining) continue;
+    if (std::find(every_mode.begin(), every_mode.end(), name) != every_mode.end()) continue;
     throw FlagError("--" + name +
                     " is a flag of the elastic trainer, but this process was started by "
                     "mpirun, which trains one job of the fixed size -np (one rank per "

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "trainer/flags.h"
 
@@ -19,10 +21,12 @@ namespace elastic::trainer {
 bool StartedByMpirun();
 
 // The elastic flags describe a job whose workers come and go; mpirun's world is
-// fixed. Throws FlagError naming the first flag `flags` was given that is not
-// of the training scope (FlagScope): which flags those are is what each flag
-// declares where it is registered, not a list kept here.
-void ValidateMpiRun(const FlagSet& flags);
+// fixed. Throws FlagError naming the first flag `flags` was given that is
+// neither of the training scope (FlagScope) nor one of `every_mode`, the
+// process flags that every mode takes (--run-dir: the registering side's
+// ProcessFlagsOfEveryMode). Which flags those are is what each flag declares
+// where it is registered, not a list kept here.
+void ValidateMpiRun(const FlagSet& flags, const std::vector<std::string>& every_mode = {});
 
 // LibTorch threads per rank when --threads is 0: the cores of this machine
 // shared among mpirun's ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.

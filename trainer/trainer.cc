@@ -160,11 +160,11 @@ MetricLabel LanguageModelLabel(int64_t context) {
 }
 
 Trainer::Trainer(const TrainOptions& options, Task task, std::FILE* out,
-                 collectives::Communicator* world)
+                 collectives::Communicator* world, RunObserver* observer)
     : options_(options), task_(std::move(task)) {
   task_.Check();
   world_ = std::make_unique<FixedWorld>(world, out, options_.epochs, options_.log_every,
-                                        MetricLabelOf(task_));
+                                        MetricLabelOf(task_), observer);
   if (options_.threads > 0) SetComputeThreads(static_cast<int>(options_.threads));
   const torch::Device device = ResolveDevice(options_.device, LocalRank());
   arithmetic_ = ChooseArithmetic(options_, task_, device);

@@ -89,9 +89,10 @@ class Trainer {
   // the checkpoints. Seeds LibTorch, builds the model and, with --resume,
   // restores the checkpoint that rank 0 reads (throws CheckpointError or
   // std::runtime_error when it is missing, corrupt or does not fit this run);
-  // then every rank holds rank 0's state.
+  // then every rank holds rank 0's state. `observer` (null: none; it must
+  // outlive the Trainer) is told what the run does (run_observer.h).
   Trainer(const TrainOptions& options, Task task, std::FILE* out,
-          collectives::Communicator* world = nullptr);
+          collectives::Communicator* world = nullptr, RunObserver* observer = nullptr);
   // The zoo model of --model on the given splits (tests pass their own).
   Trainer(const TrainOptions& options, std::shared_ptr<const Dataset> train,
           std::shared_ptr<const Dataset> test, std::FILE* out,

@@ -11,7 +11,9 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
+#include "tests/job_events.h"
 #include "trainer/amp.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/dataset.h"
@@ -279,20 +281,49 @@ TEST(CifarBinaryTest, HelpAndListModels) {
   EXPECT_NE(list.output.find("78042"), std::string::npos) << list.output;
 }
 
+// The epochs (counted from 1) a run's event log has an `epoch` event of.
+std::vector<int> EpochsLogged(const tests::JobEvents& events) {
+  std::vector<int> epochs;
+  for (const tests::JobEvent& e : events.Of("epoch")) epochs.push_back(e["epoch"].get<int>());
+  return epochs;
+}
+
 TEST(CifarBinaryTest, TrainsAndResumesFromTheCommandLine) {
   const std::string dir = TempDir("cli");
+  const std::string runs = TempDir("cli-runs");
   const std::string common =
       "--model=resnet8 --dataset=fashion-mnist --train-samples=256 --test-samples=128 "
       "--batch-size=64 --epochs=2 --threads=1 --checkpoint-dir=" +
       dir;
-  Command first = RunCifar(common + " --max-steps=4");
+  Command first = RunCifar(common + " --max-steps=4 --run-dir=" + runs + "/first");
   ASSERT_EQ(first.status, 0) << first.output;
-  EXPECT_NE(first.output.find("epoch 1/2 train loss"), std::string::npos) << first.output;
-  Command second = RunCifar(common + " --resume");
+  const tests::JobEvents first_events = tests::JobEvents::Read(runs + "/first");
+  EXPECT_EQ(EpochsLogged(first_events), std::vector<int>{1}) << first_events.Text();
+  ASSERT_FALSE(first_events.Last("done").is_null()) << first_events.Text();
+  EXPECT_EQ(first_events.Last("done")["steps"], 4) << first_events.Text();
+  Command second = RunCifar(common + " --resume --run-dir=" + runs + "/second");
   ASSERT_EQ(second.status, 0) << second.output;
-  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find("epoch 2/2 train loss"), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find("done: 1 epochs, 8 steps"), std::string::npos) << second.output;
+  const tests::JobEvents events = tests::JobEvents::Read(runs + "/second");
+  // One process: rank 0 of a world of 1, generation 0 (docs/events.md).
+  ASSERT_EQ(events.Of("start").size(), 1u) << events.Text();
+  EXPECT_EQ(events.Last("start")["workers"], 1) << events.Text();
+  const std::vector<tests::JobEvent> params = events.Of("params");
+  ASSERT_EQ(params.size(), 2u) << events.Text();  // after the start's sync, and at the end
+  // Resumed at the checkpoint's point: epoch 2 to people, 1 counted from 0.
+  EXPECT_EQ(params[0]["point"], (tests::JobEvent{{"epoch", 1}, {"position", 0}, {"step", 4}}))
+      << events.Text();
+  EXPECT_EQ(params[0]["world"], 1) << events.Text();
+  EXPECT_EQ(params[1]["point"]["step"], 8) << events.Text();
+  EXPECT_EQ(EpochsLogged(events), std::vector<int>{2}) << events.Text();
+  const tests::JobEvent done = events.Last("done");
+  ASSERT_FALSE(done.is_null()) << events.Text();
+  EXPECT_EQ(done["epochs"], 2) << events.Text();  // in all, as an elastic job's
+  EXPECT_EQ(done["steps"], 8) << events.Text();
+  EXPECT_EQ(done["generation"], 0) << events.Text();
+  EXPECT_EQ(events.Last("checkpoint")["path"], dir + "/checkpoint.ckpt") << events.Text();
+  EXPECT_EQ(events.all().back()["event"], "end") << events.Text();
+  EXPECT_EQ(events.all().back()["exit_code"], 0) << events.Text();
+  // Per-class accuracy is for people only: the printed line.
   EXPECT_NE(second.output.find("test accuracy by class: T-shirt/top"), std::string::npos)
       << second.output;
 
@@ -300,11 +331,13 @@ TEST(CifarBinaryTest, TrainsAndResumesFromTheCommandLine) {
   // replace the checkpoint: refused, the checkpoint untouched.
   const std::string path = dir + "/checkpoint.ckpt";
   const std::string before = ReadCheckpointFile(path);
-  Command again = RunCifar(common);
+  Command again = RunCifar(common + " --run-dir=" + runs + "/again");
   EXPECT_EQ(again.status, 1) << again.output;
   EXPECT_NE(again.output.find("continue that run with --resume"), std::string::npos)
       << again.output;
-  EXPECT_EQ(again.output.find("epoch 1/2"), std::string::npos) << again.output;
+  const tests::JobEvents refused = tests::JobEvents::Read(runs + "/again");
+  EXPECT_TRUE(refused.Of("epoch").empty()) << refused.Text();
+  EXPECT_TRUE(refused.Of("start").empty()) << refused.Text();
   EXPECT_EQ(ReadCheckpointFile(path), before);
 }
 

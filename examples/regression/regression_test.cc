@@ -34,17 +34,8 @@ constexpr int64_t kTrainSamples = 3072;  // the example's generated training set
 // Enough epochs (each a fraction of a second) for the joiners to arrive and train.
 constexpr int kEpochs = 40;
 
-// "test mean abs error X" of the final line a run in one process printed, or -1.
-double FinalError(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m,
-                         std::regex("done: \\d+ epochs, \\d+ steps, test mean abs "
-                                    "error ([0-9.e+-]+)")))
-    return -1;
-  return std::stod(m[1]);
-}
-
-// The test mean abs error of an elastic job: its "done" event's metric, or -1.
+// The test mean abs error of a job (in one process or elastic): its "done"
+// event's metric, or -1.
 double FinalError(const JobEvents& events) {
   const JobEvent done = events.Last("done");
   return done.is_null() ? -1 : done["test_metric"].get<double>();
@@ -57,12 +48,28 @@ constexpr double kMeanPredictorError = 0.75;
 
 TEST(RegressionExampleTest, TrainsOnItsOwnInOneProcess) {
   const std::string dir = FreshTempDir("regression-one");
-  Process run({kExample, "--epochs=4", "--checkpoint-dir=" + dir + "/checkpoint"},
+  Process run({kExample, "--epochs=4", "--checkpoint-dir=" + dir + "/checkpoint",
+               "--run-dir=" + RunDir(dir)},
               dir + "/run.log");
   ASSERT_EQ(run.Wait(std::chrono::seconds(300)), 0) << run.Output();
-  const double error = FinalError(run.Output());
-  EXPECT_GT(error, 0) << run.Output();
-  EXPECT_LT(error, 0.6 * kMeanPredictorError) << run.Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
+  // The program's own metric, and its defaults (--precision=fp32), not cifar's.
+  const JobEvent start = events.Last("start");
+  ASSERT_FALSE(start.is_null()) << run.Output();
+  EXPECT_EQ(start["metric"], "mean abs error") << events.Text();
+  EXPECT_EQ(start["workers"], 1) << events.Text();
+  const std::vector<JobEvent> epochs = events.Of("epoch");
+  EXPECT_EQ(epochs.size(), 4u) << events.Text();
+  for (const JobEvent& e : epochs)
+    EXPECT_EQ(e["arithmetic"].get<std::string>().rfind("fp32,", 0), 0u) << e.dump();
+  const JobEvent done = events.Last("done");
+  ASSERT_FALSE(done.is_null()) << events.Text();
+  EXPECT_EQ(done["epochs"], 4) << events.Text();
+  EXPECT_EQ(events.all().back()["event"], "end") << events.Text();
+  EXPECT_EQ(events.all().back()["exit_code"], 0) << events.Text();
+  const double error = FinalError(events);
+  EXPECT_GT(error, 0) << events.Text();
+  EXPECT_LT(error, 0.6 * kMeanPredictorError) << events.Text();
 }
 
 TEST(RegressionExampleTest, SurvivesAKillAndAJoinWithEverySampleOnce) {

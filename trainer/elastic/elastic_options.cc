@@ -1,7 +1,9 @@
 #include "trainer/elastic/elastic_options.h"
 
 #include <cstdlib>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include "trainer/elastic/preemption_notice.h"
 
@@ -117,12 +119,15 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
               "and --token-file takes an unfinished job over: its workers reconnect and continue "
               "from the commit they hold, or from the copy when every worker was lost too. "
               "Empty: no journal (losing the driver ends the job)");
+  // Of this process, but of every mode: one process and mpirun's ranks write
+  // the log too (ProcessFlagsOfEveryMode).
   f.AddString("run-dir", &o.run_dir,
-              "elastic: directory of the job's event log (events.jsonl: every generation, "
-              "join, leave, fault, commit, checkpoint and epoch as a JSON line; docs/events.md) "
-              "and its end-of-run report (report.html). A driver that takes a job over appends "
-              "to the job's log. Empty: runs/<date-time> in the directory the job was started "
-              "from");
+              "directory of the job's event log (events.jsonl: every generation, join, leave, "
+              "fault, commit, checkpoint and epoch as a JSON line; docs/events.md), in every "
+              "mode: one process, each rank under mpirun (give them a shared directory) and an "
+              "elastic driver, which also writes its end-of-run report (report.html) there and, "
+              "taking a job over, appends to the job's log. Empty: runs/<date-time> in the "
+              "directory the job was started from");
   f.AddString("preemption-notice", &o.preemption_notice,
               "elastic: watch this machine's cloud for a spot preemption notice and drain its "
               "workers (they leave at the next commit; with --admit-at=epoch at the next epoch "
@@ -134,6 +139,16 @@ void RegisterElasticFlags(FlagSet& f, ElasticOptions& o) {
   f.AddString("role", &o.role, "internal: set by the node agent on the processes it starts.",
               {"", "worker"});
   f.SetScope(FlagScope::kTraining);
+}
+
+std::vector<std::string> ProcessFlagsOfEveryMode() { return {"run-dir"}; }
+
+std::string DefaultRunDirectory() {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return std::string(cwd != nullptr ? cwd : ".") + "/runs/" + stamp;
 }
 
 bool IsElasticRun(const ElasticOptions& o) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/options.h"
 #include "trainer/flags.h"
@@ -56,7 +57,8 @@ struct ElasticOptions {
   // The driver's Prometheus endpoint and the directory of its run report.
   std::string metrics_address = "127.0.0.1";
   int64_t metrics_port = 9464;
-  std::string run_dir;  // "": runs/<date-time> in the directory the job was started from
+  // Every mode's, not only the elastic driver's: "": DefaultRunDirectory().
+  std::string run_dir;
   // The controller's journal; a driver restarted with it takes the job over.
   std::string state_dir;
   // Where this machine's spot preemption notice appears (preemption_notice.h):
@@ -74,6 +76,15 @@ void ValidateElasticOptions(const ElasticOptions& options, const TrainOptions& t
 // else --batch-size; 0 with --per-worker-batch (--batch-size per worker and
 // lr x world size).
 int64_t GlobalBatch(const ElasticOptions& options, const TrainOptions& train);
+
+// The flags of the process scope that every mode takes, mpirun's ranks
+// included (ValidateMpiRun): --run-dir, where every mode writes its events.
+std::vector<std::string> ProcessFlagsOfEveryMode();
+
+// --run-dir's default: runs/<date-time> in the directory the job was started
+// from (`bazel run` runs the binary elsewhere and says where in
+// BUILD_WORKING_DIRECTORY).
+std::string DefaultRunDirectory();
 
 // True when these options ask for the elastic trainer rather than the
 // single-process loop (a worker, a driver with --workers, or --join).
