@@ -7,7 +7,7 @@ mean test accuracy of the last --last epochs. Every finished run is appended
 to --results (JSON lines), so a long comparison can be stopped and resumed, and
 ablations (--label with --ours-flag) land next to the baseline.
 
-  /usr/bin/python3 bench/accuracy_bench.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/accuracy_bench.py --ours bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --seeds 0-4 --epochs 50
 
 Prints a table (one row per seed and a mean/stdev row per side) and a
@@ -114,7 +114,7 @@ def summary(values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/trainer/cifar"))
+    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/examples/cifar/cifar"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "../shared/data/cifar10-subset"))
     parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,3,7")
     parser.add_argument("--sides", default="ours,ddp")

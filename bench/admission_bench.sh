@@ -15,7 +15,7 @@
 #             seconds from the last registration to the view of 8, and the
 #             driver's "first step" after that view.
 #
-#   bench/admission_bench.sh bazel-bin/trainer/cifar [join|massloss|all]
+#   bench/admission_bench.sh bazel-bin/examples/cifar/cifar [join|massloss|all]
 set -euo pipefail
 
 BIN=$(realpath "${1:?usage: $0 TRAINER_BINARY [join|massloss|all]}")

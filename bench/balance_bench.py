@@ -4,7 +4,7 @@ split (--no-balance) and the PyTorch DDP peer (bench/ddp_peer.py under
 torchrun), side by side in one run on this machine, against the sum of the
 workers' solo speeds (issue 42).
 
-  /usr/bin/python3 bench/balance_bench.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/balance_bench.py --ours bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --workers 2,4 --slow 0.5,0.25
 
 The job (both sides the same, as bench/compare.sh matches them): resnet8 on

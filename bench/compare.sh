@@ -54,7 +54,7 @@ if [[ -z "${OURS_BIN:-}" || -z "${ALLREDUCE_BIN:-}" ]]; then
   $BAZEL build //trainer:cifar //bench:allreduce_bench >"$OUT/build.log" 2>&1 ||
     { say "build failed, see $OUT/build.log"; exit 1; }
   BIN=$($BAZEL info bazel-bin 2>/dev/null)
-  OURS_BIN=${OURS_BIN:-$BIN/trainer/cifar}
+  OURS_BIN=${OURS_BIN:-$BIN/examples/cifar/cifar}
   ALLREDUCE_BIN=${ALLREDUCE_BIN:-$BIN/bench/allreduce_bench}
 fi
 # The multi-worker trainer is //trainer:cifar --workers N.

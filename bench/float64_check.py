@@ -16,7 +16,7 @@ max|ours - peer| / max|peer| (a scalar's |ours - peer| / |peer|). In float64
 rounding alone keeps these near 1e-12 for hundreds of steps; a different
 method shows at once.
 
-  /usr/bin/python3 bench/float64_check.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/float64_check.py --ours bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --epochs 3
 
 Prints a table of the largest difference of each kind of quantity per epoch,
@@ -195,7 +195,7 @@ def first_gradient_error(args, ours_trace, peer_trace):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/trainer/cifar"))
+    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/examples/cifar/cifar"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "../shared/data/cifar10-subset"))
     parser.add_argument("--model", default="resnet8")
     parser.add_argument("--workers", type=int, default=2)

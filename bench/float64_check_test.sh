@@ -9,7 +9,7 @@ set -euo pipefail
 
 RUNFILES=${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-elastic}
 CHECK=$RUNFILES/bench/float64_check.py
-OURS=$RUNFILES/trainer/cifar
+OURS=$RUNFILES/examples/cifar/cifar
 PY=/usr/bin/python3
 TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/float64_check_test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

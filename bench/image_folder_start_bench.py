@@ -34,8 +34,8 @@ warm: the same launch once before, untimed); each figure is the median of
                     Resize(32), ToTensor(), Normalize(...). Launch -> first
                     batch. Its listing time alone is shown beside.
 
-  /usr/bin/python3 bench/image_folder_start_bench.py --ours bazel-bin/trainer/cifar
-  /usr/bin/python3 bench/image_folder_start_bench.py --ours bazel-bin/trainer/cifar --million
+  /usr/bin/python3 bench/image_folder_start_bench.py --ours bazel-bin/examples/cifar/cifar
+  /usr/bin/python3 bench/image_folder_start_bench.py --ours bazel-bin/examples/cifar/cifar --million
 
 The last line is the headline: a joiner's time to its first step at each
 size, against torchvision's first batch, from a cold page cache.
@@ -297,7 +297,7 @@ def measure(ours, sizes, work, cache_state, repeats, timeout):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", required=True, help="the cifar binary (bazel-bin/trainer/cifar)")
+    parser.add_argument("--ours", required=True, help="the cifar binary (bazel-bin/examples/cifar/cifar)")
     parser.add_argument("--sizes", default="10000,100000",
                         help="folder sizes, comma-separated (default 10000,100000)")
     parser.add_argument("--million", action="store_true", help="also 1,000,000 files (~4 GB)")

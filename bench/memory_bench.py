@@ -6,7 +6,7 @@ files, and samples every worker process's /proc/PID/smaps_rollup while it
 trains. Workers are found through /proc: the descendants of the process the
 bench started (our driver, torchrun's agent), never by reading logs.
 
-  /usr/bin/python3 bench/memory_bench.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/memory_bench.py --ours bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --repeat 12
 
 --repeat K makes the training set K times longer: the bench writes
@@ -179,7 +179,7 @@ def make_data(subset, repeat, out_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/trainer/cifar"))
+    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/examples/cifar/cifar"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "../shared/data/cifar10-subset"))
     parser.add_argument("--repeat", type=int, default=1,
                         help="K: each training file repeated K times (a K times longer data set)")

@@ -9,7 +9,7 @@ sums in another order). Prints one row per seed, the mean and standard
 deviation of each side and of the difference, and a headline.
 
   bazel build //trainer:cifar
-  /usr/bin/python3 bench/model_file_accuracy.py --cifar bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/model_file_accuracy.py --cifar bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --seeds 0-2 --epochs 3
 """
 
@@ -41,7 +41,7 @@ def run(command, log):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cifar", default=os.path.join(ROOT, "bazel-bin/trainer/cifar"))
+    parser.add_argument("--cifar", default=os.path.join(ROOT, "bazel-bin/examples/cifar/cifar"))
     parser.add_argument("--data-dir", default="/work/shared/data/cifar10-subset")
     parser.add_argument("--seeds", default="0-2")
     parser.add_argument("--epochs", type=int, default=3)

@@ -1,7 +1,7 @@
 """nanoGPT's CPU recipe on tiny Shakespeare, ours against PyTorch DDP, side by
 side in one run on this machine.
 
-  /usr/bin/python3 bench/nanogpt_bench.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/nanogpt_bench.py --ours bazel-bin/examples/cifar/cifar \\
       --text ../shared/data/tinyshakespeare/input.txt --workers 1,2
 
 The recipe (nanoGPT's README, "I only have a macbook"): 4 layers, 4 heads,

@@ -11,7 +11,7 @@ tutorials' recipe (as the old default) at each world size, on the same data,
 model, optimizer and schedule. Every finished run is appended to --results (JSON lines), so a long
 comparison can be stopped and resumed.
 
-  /usr/bin/python3 bench/recipe_bench.py --ours bazel-bin/trainer/cifar \\
+  /usr/bin/python3 bench/recipe_bench.py --ours bazel-bin/examples/cifar/cifar \\
       --data-dir ../shared/data/cifar10-subset --workers 1,2,4,8 --epochs 15
 
 --run-epochs K stops each run after its first K epochs of the --epochs
@@ -97,7 +97,7 @@ def show_loss(loss):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/trainer/cifar"))
+    parser.add_argument("--ours", default=os.path.join(ROOT, "bazel-bin/examples/cifar/cifar"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "../shared/data/cifar10-subset"))
     parser.add_argument("--systems", default="new,old,ddp", help="of " + ",".join(SYSTEMS))
     parser.add_argument("--variant", action="append", default=[],

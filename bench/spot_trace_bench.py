@@ -4,7 +4,7 @@ peer (bench/ddp_peer.py), same model, batch, data and per-worker settings, and
 both measured against the ideal of the same run.
 
   /usr/bin/python3 bench/spot_trace_bench.py --trace bench/traces/p3-trace.csv \
-      --ours bazel-bin/trainer/cifar --data-dir ../shared/data/cifar10-subset
+      --ours bazel-bin/examples/cifar/cifar --data-dir ../shared/data/cifar10-subset
 
   --repeat-data 12 trains on the subset's batches repeated 12 times (48,816
   images, epochs of about half a minute at 8 workers), the long epochs of a
@@ -742,7 +742,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", required=True, help="Oobleck-format trace (ms,add|remove,node)")
-    parser.add_argument("--ours", default="bazel-bin/trainer/cifar", help="//trainer:cifar")
+    parser.add_argument("--ours", default="bazel-bin/examples/cifar/cifar", help="//trainer:cifar")
     parser.add_argument("--task", choices=["cifar", "gpt"], default="cifar",
                         help="cifar: --model on CIFAR-10 images; gpt: a language model "
                              "(--model-file, default nanoGPT's CPU GPT of tests/gpt_model.py) on "

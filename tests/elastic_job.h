@@ -17,7 +17,7 @@
 namespace elastic::tests {
 
 inline constexpr int64_t kTrainSamples = 3072;
-inline constexpr char kBinary[] = "trainer/cifar";
+inline constexpr char kBinary[] = "examples/cifar/cifar";
 
 // The flags of a job of `workers` local workers and `epochs` epochs with its
 // samples logged in dir/samples, its checkpoint in dir/checkpoint and its

@@ -52,7 +52,7 @@ using elastic::tests::MemoryUse;
 using elastic::tests::Process;
 using elastic::tests::WithoutProgress;
 
-constexpr char kCifar[] = "trainer/cifar";
+constexpr char kCifar[] = "examples/cifar/cifar";
 constexpr int kWorkers = 8;
 constexpr int kRepeat = 12;  // 12 x the subset's 11.9 MiB of training files
 constexpr int64_t kMiB = 1 << 20;

@@ -35,7 +35,7 @@ using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkerPid;
 
-constexpr char kCifar[] = "trainer/cifar";
+constexpr char kCifar[] = "examples/cifar/cifar";
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kModels[] = "tests/pytorch_models.py";
 

@@ -41,7 +41,7 @@ constexpr char kMpirun[] = "/usr/bin/mpirun";
 constexpr std::chrono::seconds kJobTimeout(480);
 
 std::string Binary() {
-  char* path = ::realpath("trainer/cifar", nullptr);
+  char* path = ::realpath("examples/cifar/cifar", nullptr);
   if (path == nullptr) std::abort();
   std::string result(path);
   std::free(path);

@@ -26,7 +26,7 @@ using elastic::tests::WaitForEvent;
 using elastic::tests::WorkersStartedBy;
 using elastic::trainer::testing::FakeMetadataServer;
 
-constexpr char kBinary[] = "trainer/cifar";
+constexpr char kBinary[] = "examples/cifar/cifar";
 
 void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string& kind,
                              const std::string& notice) {

@@ -42,7 +42,7 @@ using elastic::tests::Process;
 using elastic::tests::WaitForEvent;
 using nlohmann::json;
 
-constexpr char kBinary[] = "trainer/cifar";
+constexpr char kBinary[] = "examples/cifar/cifar";
 constexpr int kJoiningWorkers = 2;
 // Long enough for any job of this test: range selectors see its whole life.
 constexpr char kWholeRun[] = "[1h]";

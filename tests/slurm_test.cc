@@ -147,7 +147,7 @@ class SlurmTest : public ::testing::Test {
     ASSERT_EQ(::access("/usr/sbin/slurmctld", X_OK), 0)
         << "Slurm is not installed (deploy/slurm/README.md: apt-get install slurm-wlm munge)";
     ASSERT_TRUE(cluster_->started()) << cluster_->log();
-    ASSERT_FALSE(Absolute("trainer/cifar").empty());
+    ASSERT_FALSE(Absolute("examples/cifar/cifar").empty());
     ASSERT_FALSE(Absolute("deploy/slurm/elastic.sbatch").empty());
   }
 
@@ -159,7 +159,7 @@ class SlurmTest : public ::testing::Test {
   static std::unique_ptr<Process> Submit(const std::string& dir, const std::string& job_dir,
                                          const std::string& log, const std::string& run_dir,
                                          const std::string& samples, int epochs) {
-    ::setenv("ELASTIC_CIFAR", Absolute("trainer/cifar").c_str(), 1);
+    ::setenv("ELASTIC_CIFAR", Absolute("examples/cifar/cifar").c_str(), 1);
     ::setenv("ELASTIC_JOB_DIR", job_dir.c_str(), 1);
     ::setenv("ELASTIC_PORT", std::to_string(FreePort()).c_str(), 1);
     ::setenv("ELASTIC_AGENTS_PER_NODE", "2", 1);

@@ -26,7 +26,7 @@ using elastic::tests::Process;
 using elastic::tests::RunShell;
 using elastic::tests::WithoutProgress;
 
-constexpr char kCifar[] = "trainer/cifar";
+constexpr char kCifar[] = "examples/cifar/cifar";
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kWriter[] = "tests/write_user_data.py";
 constexpr int kEpochs = 4;

@@ -6,8 +6,10 @@
 # not change behaviour ("the same runs give the same checksums").
 #
 #   git worktree add /tmp/before <commit> && (cd /tmp/before && bazel build //trainer:cifar)
-#   tools/compare_runs.sh /tmp/before/bazel-bin/trainer/cifar bazel-bin/trainer/cifar
+#   tools/compare_runs.sh /tmp/before/bazel-bin/examples/cifar/cifar bazel-bin/examples/cifar/cifar
 #
+# (A checkout from before cifar moved to examples/ has its binary at
+# bazel-bin/trainer/cifar.)
 # Exit status 0 when every figure matches, 1 otherwise.
 set -euo pipefail
 

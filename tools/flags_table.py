@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites the flag table of docs/flags.md from `cifar --help` (read on stdin).
 
-    bazel-bin/trainer/cifar --help | tools/flags_table.py docs/flags.md
+    bazel-bin/examples/cifar/cifar --help | tools/flags_table.py docs/flags.md
 """
 
 import re

@@ -223,7 +223,8 @@ struct Command {
 };
 
 Command RunCifar(const std::string& args) {
-  const std::string binary = std::string(std::getenv("TEST_SRCDIR")) + "/elastic/trainer/cifar";
+  const std::string binary =
+      std::string(std::getenv("TEST_SRCDIR")) + "/elastic/examples/cifar/cifar";
   FILE* pipe = ::popen((binary + " " + args + " 2>&1").c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen failed");
   Command result{0, ""};

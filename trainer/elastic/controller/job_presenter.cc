@@ -61,6 +61,12 @@ bool JobPresenter::WarnsOfBadStats(uint64_t member) {
   return bad_stats_warned_.insert(member).second;
 }
 
+bool JobPresenter::WarnsOfJournalFailure(const std::string& error) {
+  if (journal_error_ == error) return false;
+  journal_error_ = error;
+  return true;
+}
+
 bool JobPresenter::CountsMembershipChanges(bool job_started) const {
   return job_started || generation_ > 0;
 }

@@ -1,11 +1,10 @@
 // What the driver shows of a job, decided apart from showing it: which
 // membership views it announces, when the progress line starts over, which
 // epoch summaries and evaluations stand when redone steps report them again,
-// the rescale line of a generation's first step, and what is said only once
-// a member. No I/O and no clock: the controller actor (ControllerActor in
-// driver.cc) passes the time in and carries the answers out (the lines, the
-// event log, the metrics); the tests drive this class alone
-// (job_presenter_test.cc).
+// the rescale line of a generation's first step, what is said only once
+// a member, and which failures to write --state-dir are said. No I/O and no clock: the controller
+// actor (ControllerActor in driver.cc) passes the time in and carries the answers out (the lines,
+// the event log, the metrics); the tests drive this class alone (job_presenter_test.cc).
 #pragma once
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 namespace elastic::trainer {
 
@@ -68,6 +68,17 @@ class JobPresenter {
   // `member` sent statistics the metrics refuse: true the first time, when the
   // warning is said (a worker sends them every few seconds).
   bool WarnsOfBadStats(uint64_t member);
+  // A write of the journal (--state-dir) failed with `error`: true when the
+  // warning is said. A full disk fails every write alike: said once, and
+  // again only for another error or after a write succeeded (JournalWritten).
+  bool WarnsOfJournalFailure(const std::string& error);
+  void JournalWritten() { journal_error_.clear(); }
+  // A write of the controller's copy to --state-dir failed: true for the
+  // first failure of a run of them (each names its own temporary file).
+  bool WarnsOfCopyFailure() { return !std::exchange(copy_failing_, true); }
+  // A copy was written: true when the writes before it had failed, so that
+  // the driver says they work again.
+  bool SaysCopyWrittenAgain() { return std::exchange(copy_failing_, false); }
   // Whether a publication's joins and leaves count as membership changes:
   // not those that form the first view of a job that has not started.
   bool CountsMembershipChanges(bool job_started) const;
@@ -89,6 +100,8 @@ class JobPresenter {
   int64_t printed_eval_step_ = 0;
   std::set<uint64_t> draining_logged_;
   std::set<uint64_t> bad_stats_warned_;
+  std::string journal_error_;  // the last journal failure said; empty: the last write worked
+  bool copy_failing_ = false;  // the last copy write failed, and that was said
 };
 
 }  // namespace elastic::trainer

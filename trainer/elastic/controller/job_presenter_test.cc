@@ -198,4 +198,43 @@ TEST(JobPresenterTest, MembershipChangesCountOnceAViewIsAnnouncedOrTheJobStarted
 }
 
 }  // namespace
+TEST(JobPresenterTest, AFailingJournalIsSaidOnceAnErrorAndAgainAfterAWriteWorked) {
+  struct Case {
+    std::string error;  // empty: the write worked
+    bool said;
+  };
+  const std::vector<Case> cases = {
+      {"disk full", true},  {"disk full", false},
+      {"disk full", false}, {"read-only", true},  // another error is news
+      {"", false},          {"disk full", true},  // failing again after a write worked
+  };
+  JobPresenter presenter;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (c.error.empty()) {
+      presenter.JournalWritten();
+      continue;
+    }
+    EXPECT_EQ(presenter.WarnsOfJournalFailure(c.error), c.said) << "write " << i;
+  }
+}
+
+TEST(JobPresenterTest, AFailingCopyIsSaidOnceARunAndItsRecoveryOnce) {
+  struct Case {
+    bool written;
+    bool said;  // the warning for a failure, "written again" for a success
+  };
+  const std::vector<Case> cases = {
+      {true, false},  // written, never failed: nothing to say
+      {false, true}, {false, false}, {false, false}, {true, true},  // written again
+      {true, false}, {false, true},
+  };
+  JobPresenter presenter;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const bool said = c.written ? presenter.SaysCopyWrittenAgain() : presenter.WarnsOfCopyFailure();
+    EXPECT_EQ(said, c.said) << "write " << i;
+  }
+}
+
 }  // namespace elastic::trainer
