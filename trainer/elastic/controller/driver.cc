@@ -253,6 +253,7 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   const MetricLabel metric_;
   EventLog& events_;
   ProgressReporter reporter_;
+  int64_t progress_step_ = 0;  // the job's steps in all, as rank 0 last reported them
   const Clock::time_point start_;
   JobController machine_;
   std::promise<int> finished_;
@@ -319,11 +320,11 @@ void ControllerActor::OnMembership(const MembershipUpdate& update) {
   switch (update.kind) {
     case runtime::MembershipEventKind::kFailed:
       metrics_.metrics().RecordMembershipChange(monitoring::MembershipChangeReason::kFailure);
-      events_.Append(run_event::Leave{update.member_id, update.node_id, "failed"});
+      events_.Append(run_event::Leave{update.member_id, update.node_id, "failed", update.detail});
       Feed(event::Gone{update.member_id, true, update.node_id});
       break;
     case runtime::MembershipEventKind::kLeft:
-      events_.Append(run_event::Leave{update.member_id, update.node_id, "left"});
+      events_.Append(run_event::Leave{update.member_id, update.node_id, "left", update.detail});
       Feed(event::Gone{update.member_id, false, update.node_id});
       break;
     case runtime::MembershipEventKind::kExited:
@@ -377,7 +378,8 @@ void ControllerActor::OnHello(proto::Hello::Reader hello) {
   if (member == nullptr) return;
   std::optional<StatePoint> holds;
   if (hello.getHoldsCommit()) holds = FromProto(hello.getCommit());
-  events_.Append(run_event::Join{member->id, member->node_id, holds});
+  events_.Append(run_event::Join{member->id, member->node_id, holds, member->pid,
+                                 member->endpoint.host, progress_step_});
   Feed(event::Registered{member->id, member->node_id, holds});
 }
 
@@ -393,6 +395,7 @@ void ControllerActor::OnProgress(proto::Progress::Reader p) {
   report.accuracy = p.getAccuracy();
   report.lr = p.getLr();
   report.world = p.getWorld();
+  progress_step_ = report.step;
   metrics_.OnProgress(report);
   if (presenter_.StartsProgressLine(report.epoch, report.generation))
     reporter_.StartEpoch(report.epoch + 1, train_.epochs, report.steps_in_epoch);
@@ -1066,7 +1069,7 @@ int RunDriver(const ElasticOptions& command_line_elastic, const TrainOptions& co
   events.Append(run_event::Start{
       job_id, taken_over.has_value(), train.model_file.empty() ? train.model : train.model_file,
       train.dataset, train.epochs, elastic.controller_only ? 0 : elastic.workers,
-      program.metric.long_name});
+      program.metric.long_name, elastic.listen + ":" + std::to_string(head.port()), metrics.url()});
   runtime::ActorSystem actors(ControllerActorOptions(elastic, head));
   auto controller =
       std::make_shared<ControllerActor>(elastic, train, job_id, job, ConfigFor(elastic, train),

@@ -60,6 +60,8 @@ void Fill(const run_event::Start& e, Json& j) {
   j["epochs"] = e.epochs;
   j["workers"] = e.workers;
   j["metric"] = e.metric;
+  j["head"] = e.head;
+  j["metrics_url"] = e.metrics_url;
 }
 void Fill(const run_event::View& e, Json& j) {
   j["event"] = "view";
@@ -93,12 +95,16 @@ void Fill(const run_event::Join& e, Json& j) {
   j["member"] = e.member;
   j["node"] = e.node;
   j["holds"] = e.holds ? Point(*e.holds) : Json(nullptr);
+  j["pid"] = e.pid;
+  j["address"] = e.address;
+  j["step"] = e.step;
 }
 void Fill(const run_event::Leave& e, Json& j) {
   j["event"] = "leave";
   j["member"] = e.member;
   j["node"] = e.node;
   j["reason"] = e.reason;
+  j["detail"] = e.detail;
 }
 void Fill(const run_event::Draining& e, Json& j) {
   j["event"] = "draining";

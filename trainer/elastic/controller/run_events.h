@@ -31,8 +31,10 @@ struct Start {
   std::string model;    // --model, or the --model-file path
   std::string dataset;  // --dataset
   int64_t epochs = 0;
-  int64_t workers = 0;  // --workers of the driver's own machine
-  std::string metric;   // "accuracy" or "token accuracy"
+  int64_t workers = 0;      // --workers of the driver's own machine
+  std::string metric;       // "accuracy" or "token accuracy"
+  std::string head;         // the address and port its head listens on, "ADDR:PORT"
+  std::string metrics_url;  // its Prometheus endpoint; empty when it serves none
 };
 // A new membership view: the controller published it (its reason), or the
 // head's view changed by itself (reason "membership": a worker failed or left).
@@ -63,11 +65,15 @@ struct Join {  // a worker registered
   uint64_t member = 0;
   uint64_t node = 0;
   std::optional<StatePoint> holds;  // the commit it has in memory
+  int pid = 0;                      // its process, on its machine
+  std::string address;              // where it listens for its peers (actors, collectives)
+  int64_t step = 0;                 // the job's steps in all, as rank 0 last reported them
 };
 struct Leave {  // a worker is gone
   uint64_t member = 0;
   uint64_t node = 0;
   std::string reason;  // "left", "failed" or "gone while the head session was lost"
+  std::string detail;  // the head's words: why it failed, how its process exited...
 };
 struct Draining {  // a worker asked to leave at the next commit
   uint64_t member = 0;

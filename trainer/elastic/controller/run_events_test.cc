@@ -91,6 +91,31 @@ TEST(RunEventsTest, AJoinHoldsNullOrTheCommitItHas) {
   EXPECT_EQ(Parsed(join)["holds"]["step"], 3);
 }
 
+TEST(RunEventsTest, AJoinSaysItsProcessAddressAndTheJobsStep) {
+  run_event::Join join{5, 2, std::nullopt, 4242, "10.0.0.7", 137};
+  const json j = Parsed(join);
+  EXPECT_EQ(j["pid"], 4242);
+  EXPECT_EQ(j["address"], "10.0.0.7");
+  EXPECT_EQ(j["step"], 137);
+  EXPECT_EQ(Parsed(run_event::Join{})["address"], "");
+}
+
+TEST(RunEventsTest, ALeaveSaysTheHeadsDetail) {
+  const json j = Parsed(run_event::Leave{
+      3, 1, "failed", "connection lost: no heartbeat for 3012 ms (heartbeat timeout 3000 ms)"});
+  EXPECT_EQ(j["reason"], "failed");
+  EXPECT_EQ(j["detail"], "connection lost: no heartbeat for 3012 ms (heartbeat timeout 3000 ms)");
+  EXPECT_EQ(Parsed(run_event::Leave{})["detail"], "");
+}
+
+TEST(RunEventsTest, TheStartSaysWhereTheHeadAndTheMetricsAre) {
+  const json j = Parsed(run_event::Start{"job", false, "resnet8", "cifar10", 3, 2, "accuracy",
+                                         "127.0.0.1:6380", "http://127.0.0.1:9464/metrics"});
+  EXPECT_EQ(j["head"], "127.0.0.1:6380");
+  EXPECT_EQ(j["metrics_url"], "http://127.0.0.1:9464/metrics");
+  EXPECT_EQ(Parsed(run_event::Start{})["metrics_url"], "");
+}
+
 TEST(RunEventsTest, ANonFiniteLossIsNullNotInvalidJson) {
   run_event::Epoch e;
   e.test_loss = std::nan("");
