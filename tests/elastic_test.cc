@@ -408,6 +408,15 @@ TEST(ElasticTest, DriverSigtermStopsWithACheckpointThatResumeContinues) {
   ASSERT_FALSE(end.is_null()) << events.Text();
   EXPECT_EQ(end["reason"], "stopped by SIGTERM to the driver") << events.Text();
   EXPECT_FALSE(AnyFailure(events)) << events.Text();
+  // One checkpoint of the point the job stopped at: the epoch boundary wrote
+  // it, and the stop generation at rank 0's own commit does not write it again.
+  const std::vector<JobEvent> checkpoints = events.Of("checkpoint");
+  ASSERT_FALSE(checkpoints.empty()) << events.Text();
+  const JobEvent& last = checkpoints.back();
+  EXPECT_EQ(std::count_if(checkpoints.begin(), checkpoints.end(),
+                          [&](const JobEvent& c) { return c["point"] == last["point"]; }),
+            1)
+      << events.Text();
   // What the user is told to do next.
   EXPECT_NE(stopped.find("(continue with --resume)"), std::string::npos) << stopped;
   const int epochs_run = EpochCount(events);

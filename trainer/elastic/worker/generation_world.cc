@@ -200,6 +200,7 @@ void ReportCheckpoint(const ControllerLink& controller, const StatePoint& at,
 }
 
 void GenerationWorld::OnCheckpoint(const StatePoint& at, const std::string& path) {
+  if (services_.checkpointed) services_.checkpointed(at);
   ReportCheckpoint(*services_.controller, at, path);
 }
 

@@ -38,6 +38,8 @@ struct WorkerServices {
   // This worker is too slow to be worth keeping (World::OnLetGo): it leaves
   // as a graceful leave does, saying why.
   std::function<void(const std::string& why)> let_go;
+  // Rank 0 wrote the checkpoint of a point (the worker remembers the last).
+  std::function<void(const StatePoint& at)> checkpointed;
   std::string token;           // the cluster token: seals every state
   int64_t wedge_at_step = -1;  // ELASTIC_TEST_WEDGE_STEP
 };

@@ -188,6 +188,7 @@ class Worker {
 
   std::unique_ptr<Learner> learner_;
   LoopState state_;
+  std::optional<StatePoint> checkpointed_;  // of the last checkpoint this worker wrote
   std::FILE* sample_log_ = nullptr;
   std::unique_ptr<WorkerEventLog> events_;  // with --log-samples
 
@@ -242,6 +243,7 @@ WorkerServices Worker::MakeServices() {
     if (let_go_reason_.empty()) let_go_reason_ = why;
     ReportDrainingOnce();
   };
+  s.checkpointed = [this](const StatePoint& at) { checkpointed_ = at; };
   s.token = env_.token;
   s.wedge_at_step = wedge_at_step_;
   return s;
@@ -469,8 +471,9 @@ void Worker::ReportSynced(const GenerationOrder& order) {
 
 void Worker::WriteCheckpoint(const std::string& learner_bytes, const StatePoint& point) {
   if (train_.checkpoint_dir.empty()) return;
-  ReportCheckpoint(controller_, point,
-                   WriteCheckpointWithModel(task_, learner_bytes, train_.checkpoint_dir));
+  const std::string path = WriteCheckpointWithModel(task_, learner_bytes, train_.checkpoint_dir);
+  checkpointed_ = point;
+  ReportCheckpoint(controller_, point, path);
 }
 
 bool Worker::LoadSource(const GenerationOrder& order, int rank) {
@@ -554,7 +557,8 @@ Worker::Outcome Worker::RunGeneration(const GenerationOrder& order) {
 Worker::Outcome Worker::TrainGeneration(const GenerationOrder& order) {
   const int rank = order.RankOf(controller_.member_id());
   const int world = static_cast<int>(order.members.size());
-  const OwnCommitDecision own = StopAtOwnCommit(order.stop, order.source, rank, Holds());
+  const OwnCommitDecision own =
+      StopAtOwnCommit(order.stop, order.source, rank, Holds(), checkpointed_);
   switch (own.action) {
     case OwnCommitStop::kNo:
       break;

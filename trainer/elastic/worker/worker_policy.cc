@@ -82,7 +82,8 @@ FrameFit CopyFrameCheck::Check(size_t state_size) {
 }
 
 OwnCommitDecision StopAtOwnCommit(const std::string& stop, const StateSource& source, int rank,
-                                  const std::optional<StatePoint>& holds) {
+                                  const std::optional<StatePoint>& holds,
+                                  const std::optional<StatePoint>& checkpointed) {
   if (stop.empty()) return {OwnCommitStop::kNo, "not a stop generation"};
   if (source.kind != SourceKind::kMember || source.rank != 0) {
     return {OwnCommitStop::kNo, std::string("a stop generation from ") + ToString(source.kind) +
@@ -97,6 +98,10 @@ OwnCommitDecision StopAtOwnCommit(const std::string& stop, const StateSource& so
     return {OwnCommitStop::kNoCheckpoint,
             "error: the job stops at " + ToString(source.point) + ", but this worker holds " +
                 (holds ? ToString(*holds) : std::string("no commit")) + ": no checkpoint written"};
+  }
+  if (checkpointed && *checkpointed == source.point) {
+    return {OwnCommitStop::kStop, "the job stops at " + ToString(source.point) +
+                                      ", whose checkpoint this worker wrote already"};
   }
   return {OwnCommitStop::kCheckpoint,
           "the job stops at " + ToString(source.point) + ", the commit this worker holds"};

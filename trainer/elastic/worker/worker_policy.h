@@ -127,8 +127,12 @@ struct OwnCommitDecision {
 // from its own commit and nobody needs a collective (a rendezvous that fails
 // under load would lose the checkpoint). `holds` is the commit this worker
 // holds (nullopt: none); it must be the order's point exactly.
+// `checkpointed` is the point of the last checkpoint this worker wrote: a job
+// stopped at an epoch boundary that checkpointed anyway has its checkpoint
+// already, and writing it again would report the same checkpoint twice.
 OwnCommitDecision StopAtOwnCommit(const std::string& stop, const StateSource& source, int rank,
-                                  const std::optional<StatePoint>& holds);
+                                  const std::optional<StatePoint>& holds,
+                                  const std::optional<StatePoint>& checkpointed);
 
 // ---- Waiting for a generation (WaitForGeneration) ----
 

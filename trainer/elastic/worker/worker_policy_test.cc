@@ -266,13 +266,35 @@ TEST(WorkerPolicyTest, StopAtOwnCommit) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const OwnCommitDecision d = StopAtOwnCommit(c.stop, c.source, c.rank, c.holds);
+    const OwnCommitDecision d = StopAtOwnCommit(c.stop, c.source, c.rank, c.holds, std::nullopt);
     EXPECT_EQ(d.action, c.action);
     if (c.whole) {
       EXPECT_EQ(d.reason, c.reason);
     } else {
       EXPECT_TRUE(Contains(d.reason, c.reason)) << d.reason;
     }
+  }
+}
+
+TEST(WorkerPolicyTest, StopAtOwnCommitWritesNoCheckpointTwice) {
+  const StatePoint point = At(2, 128, 40);
+  const StateSource member0{SourceKind::kMember, 0, point};
+  struct Case {
+    const char* name;
+    int rank;
+    std::optional<StatePoint> checkpointed;
+    OwnCommitStop action;
+  };
+  const Case cases[] = {
+      {"the boundary's checkpoint is of the point: just stop", 0, point, OwnCommitStop::kStop},
+      {"an older checkpoint: write this one", 0, At(1, 0, 30), OwnCommitStop::kCheckpoint},
+      {"none yet: write it", 0, std::nullopt, OwnCommitStop::kCheckpoint},
+      {"rank 1 writes none either way", 1, point, OwnCommitStop::kStop},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const OwnCommitDecision d = StopAtOwnCommit("stopped", member0, c.rank, point, c.checkpointed);
+    EXPECT_EQ(d.action, c.action) << d.reason;
   }
 }
 
