@@ -263,12 +263,10 @@ class ControllerActor : public runtime::Actor, private ControllerMessages {
   std::string copy_;                       // rank 0's last state copy (proto::CommitReport.state)
   std::optional<CopyStore> copies_;        // --state-dir
   std::optional<StoredCopy> stored_copy_;  // the newest copy there, complete
-  std::string copy_error_;  // while writing the copy fails: said once, not at every commit
-  JobPresenter presenter_;  // what of the job is shown
+  JobPresenter presenter_;                 // what of the job is shown
   int stop_signals_seen_ = 0;
   Clock::time_point last_runtime_stats_;
   MembershipUpdate last_membership_;  // the head's, as last forwarded
-  std::string journal_error_;         // the last one said, so a full disk is said once
 };
 
 void ControllerActor::WriteJournalNow(int exit_code) {
@@ -293,12 +291,11 @@ void ControllerActor::WriteJournalNow(int exit_code) {
   record.copy = stored_copy_;
   try {
     WriteJournal(elastic_.state_dir, record);
-    journal_error_.clear();
+    presenter_.JournalWritten();
     // Only now that the journal names the new copy may the older ones go.
     copies_->RemoveAllBut(stored_copy_);
   } catch (const std::exception& e) {
-    if (journal_error_ == e.what()) return;
-    journal_error_ = e.what();
+    if (!presenter_.WarnsOfJournalFailure(e.what())) return;
     Say(std::string("driver: warning: journal not written, a driver restarted with --state-dir "
                     "could not take this job over: ") +
         e.what());
@@ -475,15 +472,11 @@ void ControllerActor::KeepCopy(const capnp::Data::Reader& state, const StatePoin
     stored_copy_ = copies_->Write(point, copy_);
     events_.Append(run_event::ControllerCopy{
         point, (std::filesystem::path(elastic_.state_dir) / stored_copy_->file).string()});
-    if (!copy_error_.empty())
+    if (presenter_.SaysCopyWrittenAgain())
       Say("driver: the controller's copy is written to --state-dir again (" + ToString(point) +
           ")");
-    copy_error_.clear();
   } catch (const std::exception& e) {
-    // Said once while the writes keep failing (each names its own temporary file).
-    const bool said = !copy_error_.empty();
-    copy_error_ = e.what();
-    if (said) return;
+    if (!presenter_.WarnsOfCopyFailure()) return;
     Say("driver: warning: the controller's copy of " + ToString(point) +
         " was not written to --state-dir: " + e.what() +
         "; training goes on, but a controller restarted now would go on from " +
