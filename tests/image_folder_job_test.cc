@@ -7,13 +7,14 @@
 // probes the added file alone, and its workers again probe nothing.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,6 @@ using elastic::tests::Process;
 using elastic::tests::ReadFile;
 using elastic::tests::WaitForEvent;
 using elastic::tests::WithoutProgress;
-using elastic::tests::WorkersStartedBy;
 
 constexpr int kClasses = 10;
 constexpr int kTrainPerClass = 1900;
@@ -80,18 +80,16 @@ struct Counters {
   int64_t decoded = -1;
 };
 
-// The counters each process wrote into `dir`, by pid.
+// The counters each process wrote into `dir`, by pid: each file one JSON
+// object (trainer/data/image_folder.cc, WriteImageFolderCountersForTests).
 std::map<pid_t, Counters> ReadCounters(const std::string& dir) {
-  const std::regex re(
-      "\\{\"pid\": (\\d+), \"index\": \"(\\w+)\", \"folders_listed\": (\\d+), "
-      "\"headers_probed\": (\\d+), \"statistics_decodes\": (\\d+)");
   std::map<pid_t, Counters> out;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string text = ReadFile(entry.path().string());
-    std::smatch m;
-    if (!std::regex_search(text, m, re)) continue;
-    out[static_cast<pid_t>(std::stol(m[1]))] =
-        Counters{m[2], std::stoll(m[3]), std::stoll(m[4]), std::stoll(m[5])};
+    if (entry.path().extension() != ".json") continue;
+    const nlohmann::json c = nlohmann::json::parse(ReadFile(entry.path().string()));
+    out[c.at("pid").get<pid_t>()] =
+        Counters{c.at("index").get<std::string>(), c.at("folders_listed").get<int64_t>(),
+                 c.at("headers_probed").get<int64_t>(), c.at("statistics_decodes").get<int64_t>()};
   }
   return out;
 }
@@ -108,6 +106,26 @@ void ExpectPinnedWithoutWork(const std::map<pid_t, Counters>& counters,
     EXPECT_EQ(it->second.probed, 0) << who << " pid " << pid;
     EXPECT_EQ(it->second.decoded, 0) << who << " pid " << pid;
   }
+}
+
+// The processes of the workers that joined the job (its "join" events), each
+// once: those of the driver's own node (that of generation 1's rank 0) if
+// `of_the_driver`, else those of the other nodes.
+std::vector<pid_t> WorkersJoined(const JobEvents& events, bool of_the_driver) {
+  const std::vector<JobEvent> generations = events.Of("generation");
+  if (generations.empty()) return {};
+  const JobEvent first = generations.front()["members"][0];
+  uint64_t driver_node = 0;
+  for (const JobEvent& j : events.Of("join"))
+    if (j["member"] == first) driver_node = j["node"].get<uint64_t>();
+  std::vector<pid_t> pids;
+  for (const JobEvent& j : events.Of("join")) {
+    const pid_t pid = j["pid"].get<pid_t>();
+    if ((j["node"] == driver_node) == of_the_driver &&
+        std::find(pids.begin(), pids.end(), pid) == pids.end())
+      pids.push_back(pid);
+  }
+  return pids;
 }
 
 // A job's flags; its event log in `run_dir`.
@@ -174,11 +192,12 @@ TEST(ImageFolderJobTest, TheDriverIndexesOnceAndItsWorkersAndAJoinerReadTheIndex
     EXPECT_NE(driver.Output().find("image-folder " + data + ": indexing 20000 files, once"),
               std::string::npos)
         << WithoutProgress(driver.Output());
-    const std::vector<pid_t> workers = WorkersStartedBy(driver.Output());
-    EXPECT_EQ(workers.size(), 2u) << WithoutProgress(driver.Output());
+    const JobEvents events = JobEvents::Read(run_dir);
+    const std::vector<pid_t> workers = WorkersJoined(events, true);
+    EXPECT_EQ(workers.size(), 2u) << events.Text();
     ExpectPinnedWithoutWork(counters, workers, "worker");
-    const std::vector<pid_t> joined = WorkersStartedBy(joiner.Output());
-    EXPECT_EQ(joined.size(), 1u) << WithoutProgress(joiner.Output());
+    const std::vector<pid_t> joined = WorkersJoined(events, false);
+    EXPECT_EQ(joined.size(), 1u) << events.Text();
     ExpectPinnedWithoutWork(counters, joined, "joiner's worker");
     EXPECT_EQ(counters.size(), 4u);
   }  // the first job's processes are killed here
@@ -201,8 +220,9 @@ TEST(ImageFolderJobTest, TheDriverIndexesOnceAndItsWorkersAndAJoinerReadTheIndex
   ASSERT_EQ(counters.count(again.pid()), 1u) << WithoutProgress(again.Output());
   EXPECT_EQ(counters.at(again.pid()).index, "built");
   EXPECT_EQ(counters.at(again.pid()).probed, 1);
-  const std::vector<pid_t> workers = WorkersStartedBy(again.Output());
-  EXPECT_EQ(workers.size(), 2u) << WithoutProgress(again.Output());
+  const JobEvents events = JobEvents::Read(dir + "/runs/second");
+  const std::vector<pid_t> workers = WorkersJoined(events, true);
+  EXPECT_EQ(workers.size(), 2u) << events.Text();
   ExpectPinnedWithoutWork(counters, workers, "second job's worker");
 }
 

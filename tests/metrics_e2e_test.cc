@@ -13,7 +13,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "monitoring/testing/exposition.h"
 #include "monitoring/testing/http_get.h"
+#include "tests/job_events.h"
 #include "tests/process.h"
 
 namespace {
@@ -33,23 +33,17 @@ using elastic::monitoring::testing::ParseExposition;
 using elastic::monitoring::testing::Sample;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kBinary[] = "trainer/cifar";
+constexpr char kBinary[] = "examples/cifar/cifar";
 
 using Job = elastic::tests::Process;
 using elastic::tests::ReadFile;
 
-// The metrics URL the driver printed, or "" if it did not within the timeout.
-std::string WaitForMetricsUrl(Job& job, std::chrono::seconds timeout) {
-  const std::regex re("driver: metrics at (http://[0-9.]+:[0-9]+/metrics)");
-  const Clock::time_point deadline = Clock::now() + timeout;
-  int code = 0;
-  while (Clock::now() < deadline && !job.Exited(&code)) {
-    const std::string output = job.Output();
-    std::smatch m;
-    if (std::regex_search(output, m, re)) return m[1];
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return "";
+// The metrics URL of the driver's "start" event in `run_dir`, or "" if it
+// logged none within the timeout.
+std::string WaitForMetricsUrl(const std::string& run_dir, std::chrono::seconds timeout) {
+  const elastic::tests::JobEvent start = elastic::tests::WaitForEvent(
+      run_dir, timeout, [](const elastic::tests::JobEvent& e) { return e["event"] == "start"; });
+  return start.is_null() ? "" : start["metrics_url"].get<std::string>();
 }
 
 // Whether Prometheus assumes `sample` only grows: a counter, or a histogram's
@@ -91,8 +85,8 @@ TEST(MetricsEndToEndTest, ScrapesDuringARealJobAndWritesTheReport) {
            "--log-every=1", "--metrics-port=0", "--run-dir=" + run_dir},
           root + "/job.log");
 
-  const std::string url = WaitForMetricsUrl(job, std::chrono::seconds(120));
-  ASSERT_FALSE(url.empty()) << "the driver printed no metrics URL:\n" << job.Output();
+  const std::string url = WaitForMetricsUrl(run_dir, std::chrono::seconds(120));
+  ASSERT_FALSE(url.empty()) << "the driver logged no metrics URL:\n" << job.Output();
 
   // Scrape until the job exits, as Prometheus would (more often, to catch more
   // of the run). A scrape can fail only once the driver is shutting down.
