@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <regex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -168,26 +168,20 @@ struct Counters {
   std::vector<std::string> opened;
 };
 
-// The counters each process wrote into `dir`, by pid.
+// The counters each process wrote into `dir`, by pid: each file one JSON
+// object (trainer/data/webdataset_shards.cc).
 std::map<pid_t, Counters> ReadCounters(const std::string& dir) {
-  const std::regex re(
-      "\\{\"pid\": (\\d+), \"index\": \"(\\w*)\", \"listings\": (\\d+), \"shards_scanned\": "
-      "(\\d+), \"headers_read\": (\\d+), \"statistics_decodes\": (\\d+), \"indexes_built\": "
-      "\\d+, \"shard_opens\": \\d+, \"opened\": \\[([^\\]]*)\\]");
-  const std::regex quoted("\"([^\"]+)\"");
   std::map<pid_t, Counters> out;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".json") continue;
-    const std::string text = ReadFile(entry.path().string());
-    std::smatch m;
-    if (!std::regex_search(text, m, re)) continue;
-    Counters c{m[2], std::stoll(m[3]), std::stoll(m[4]), std::stoll(m[5]), std::stoll(m[6]), {}};
-    const std::string list = m[7];
-    for (auto it = std::sregex_iterator(list.begin(), list.end(), quoted);
-         it != std::sregex_iterator(); ++it) {
-      c.opened.push_back((*it)[1]);
-    }
-    out[static_cast<pid_t>(std::stol(m[1]))] = c;
+    const nlohmann::json c = nlohmann::json::parse(ReadFile(entry.path().string()));
+    Counters& counters = out[c.at("pid").get<pid_t>()];
+    counters.index = c.at("index").get<std::string>();
+    counters.listings = c.at("listings").get<int64_t>();
+    counters.scanned = c.at("shards_scanned").get<int64_t>();
+    counters.headers = c.at("headers_read").get<int64_t>();
+    counters.decodes = c.at("statistics_decodes").get<int64_t>();
+    counters.opened = c.at("opened").get<std::vector<std::string>>();
   }
   return out;
 }
