@@ -26,7 +26,8 @@
 // with --join HOST:PORT as a node adding workers; with --controller-only as a
 // controller on a machine without workers; or as one rank of a fixed job
 // under mpirun. Exactly-once sampling, commits, the controller's copy,
-// checkpoints and --resume, metrics and the run report come with it.
+// checkpoints and --resume, metrics and the run report come with it, and in
+// every mode the job's event log, <--run-dir>/events.jsonl (docs/events.md).
 // docs/writing-a-trainer.md walks through it; examples/regression is one.
 #pragma once
 

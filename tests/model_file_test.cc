@@ -203,9 +203,12 @@ TEST(ScriptedResNet18Test, TakesTheZoosStepsFromTheSameWeights) {
     std::printf("step %d: loss zoo %.6f, scripted %.6f\n", step, a, b);
     ASSERT_GT(a, 0) << zoo.Text();
     ASSERT_GT(b, 0) << scripted.Text();
-    // Equal for the first two (to the 4 decimals the printed lines, which
-    // this test read before, gave), float noise after.
-    EXPECT_NEAR(a, b, step <= 2 ? 1e-4 + 1e-9 : 5e-3) << "step " << step;
+    // Measured (seed 3): step 1 equal to 7e-7, step 2 to 2.0e-4 (the
+    // printed lines' running mean of steps 1-2 differed by 1e-4 in the fourth
+    // decimal), step 3 to 1.4e-3. The bounds: float noise of one forward, of
+    // one update, then growing.
+    const double bound = step == 1 ? 1e-5 : step == 2 ? 4e-4 : 5e-3;
+    EXPECT_NEAR(a, b, bound) << "step " << step;
   }
 }
 
