@@ -40,7 +40,7 @@ using elastic::tests::Process;
 using elastic::tests::StopAfterAnEpochWithWorld;
 using elastic::tests::WaitForEvent;
 
-constexpr char kBinary[] = "trainer/cifar";
+constexpr char kBinary[] = "examples/cifar/cifar";
 constexpr char kNamespacePrefix[] = "elastic-two-";
 
 // Runs a shell command; its exit status, with stdout and stderr in *output.
@@ -220,17 +220,6 @@ class NamespacePair {
   Machine a_, b_;
 };
 
-// The addresses each worker of a log registered from (its collectives' address).
-std::vector<std::string> RegisteredFrom(const std::string& output) {
-  const std::regex re("\\] registered \\(node \\d+\\) from ([0-9.]+);");
-  std::vector<std::string> addresses;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    addresses.push_back((*it)[1]);
-  }
-  return addresses;
-}
-
 TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
   const signal_teardown::Scope teardown_on_signal;
   const std::string dir = FreshTempDir("two");
@@ -264,11 +253,12 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
                  "--loader-threads=1", "--log-every=1"}),
       dir + "/machine-a.log");
   signal_teardown::AddProcessGroup(driver.pid());
-  const std::smatch listen = driver.WaitFor(
-      "head listening on " + std::regex_replace(a.address, std::regex("\\."), "\\.") + ":(\\d+)",
-      std::chrono::seconds(120));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
-  const std::string head = a.address + ":" + listen[1].str();
+  // Where its head listens: the address given, and the port it was given.
+  const JobEvent start = WaitForEvent(run_dir, std::chrono::seconds(120),
+                                      [](const JobEvent& e) { return e["event"] == "start"; });
+  ASSERT_FALSE(start.is_null()) << driver.Output();
+  const std::string head = start["head"].get<std::string>();
+  ASSERT_EQ(head.rfind(a.address + ":", 0), 0u) << start.dump();
   // Machine B starts once epoch 1 ended at world 2: joiners enter at the next
   // commit, so started earlier they may enter within epoch 1 on a fast machine.
   const JobEvent first = WaitForEvent(run_dir, std::chrono::seconds(300), [](const JobEvent& e) {
@@ -286,8 +276,6 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
       << driver.Output() << joiner.Output();
   ASSERT_EQ(driver.Wait(std::chrono::seconds(300)), 3) << driver.Output() << joiner.Output();
   EXPECT_EQ(joiner.Wait(std::chrono::seconds(120)), 0) << joiner.Output();
-  const std::string on_a = driver.Output();
-  const std::string on_b = joiner.Output();
 
   const JobEvents events = JobEvents::Read(run_dir);
 
@@ -331,10 +319,13 @@ TEST(TwoMachinesTest, AJoinFromAnotherMachineGrowsTheJobFromTwoToFour) {
       << events.Text();
 
   // Each machine's workers advertised their own machine's address to peers.
-  const std::vector<std::string> from_a = RegisteredFrom(on_a);
-  const std::vector<std::string> from_b = RegisteredFrom(on_b);
-  ASSERT_EQ(from_a.size(), 2u) << on_a;
-  ASSERT_EQ(from_b.size(), 2u) << on_b;
+  std::vector<std::string> from_a, from_b;
+  for (const JobEvent& j : events.Of("join")) {
+    const bool of_a = nodes_of_a.count(j["node"].get<uint64_t>()) == 1;
+    (of_a ? from_a : from_b).push_back(j["address"].get<std::string>());
+  }
+  ASSERT_EQ(from_a.size(), 2u) << events.Text();
+  ASSERT_EQ(from_b.size(), 2u) << events.Text();
   if (namespaces) {
     for (const std::string& address : from_a) EXPECT_EQ(address, a.address);
     for (const std::string& address : from_b) EXPECT_EQ(address, b.address);
