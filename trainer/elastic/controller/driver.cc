@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -45,6 +44,7 @@
 #include "trainer/elastic/controller/journal.h"
 #include "trainer/elastic/controller/run_events.h"
 #include "trainer/elastic/elastic.h"
+#include "trainer/elastic/elastic_options.h"
 #include "trainer/elastic/preemption_notice.h"
 #include "trainer/elastic/protocol/control_messages.h"
 #include "trainer/elastic/protocol/controller_dispatch.h"
@@ -727,18 +727,12 @@ void WaitForEveryoneToLeave(runtime::Head& head, std::chrono::seconds limit) {
 }
 
 // --run-dir; else, for a job taken over, the one its journal names (its
-// event log goes on there); else runs/<date-time> where the user started the
-// job (`bazel run` runs the binary elsewhere and says where in
-// BUILD_WORKING_DIRECTORY).
+// event log goes on there); else DefaultRunDirectory(), as in every mode.
 std::string RunDirectory(const ElasticOptions& elastic,
                          const std::optional<TakenOver>& taken_over) {
   if (!elastic.run_dir.empty()) return elastic.run_dir;
   if (taken_over && !taken_over->journal.run_dir.empty()) return taken_over->journal.run_dir;
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return std::string(cwd != nullptr ? cwd : ".") + "/runs/" + stamp;
+  return DefaultRunDirectory();
 }
 
 std::string LocalHostFor(const std::string& listen) {
