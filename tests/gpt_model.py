@@ -8,7 +8,8 @@ scaled_dot_product_attention, so attention is written out with a causal mask.
   gpt_model.py evaluate MODEL.pt DATA_DIR --context T [--samples N]
       prints "val_loss X perplexity Y": the mean next-token cross-entropy over
       the first N (0: all) windows of DATA_DIR/val.bin as the trainer cuts them
-      for evaluation (window i = tokens [i*T, i*T + T + 1)).
+      for evaluation (window i = tokens [i*T, i*T + T + 1)); with --json FILE,
+      also writes {"val_loss": X, "perplexity": Y} to FILE.
   gpt_model.py generate MODEL.pt DATA_DIR [--tokens 200 --prompt TEXT --seed 0]
       prints text sampled from the model, decoded with DATA_DIR/meta.json's itos.
 """
@@ -167,6 +168,7 @@ def main():
     ev.add_argument("data_dir")
     ev.add_argument("--context", type=int, required=True)
     ev.add_argument("--samples", type=int, default=0)
+    ev.add_argument("--json", default="", help="also write the result to this file as JSON")
     gen = sub.add_parser("generate")
     gen.add_argument("model")
     gen.add_argument("data_dir")
@@ -182,6 +184,9 @@ def main():
     elif args.command == "evaluate":
         loss = evaluate(torch.jit.load(args.model), args.data_dir, args.context, args.samples)
         print(f"val_loss {loss:.6f} perplexity {math.exp(loss):.4f}")
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"val_loss": loss, "perplexity": math.exp(loss)}, out)
     else:
         print(generate(torch.jit.load(args.model), args.data_dir, args.tokens, args.prompt,
                        args.seed))

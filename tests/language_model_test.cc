@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +29,7 @@ using elastic::tests::JobEvents;
 using elastic::tests::LastValidationLoss;
 using elastic::tests::PrepareTinyShakespeare;
 using elastic::tests::Process;
+using elastic::tests::ReadFile;
 using elastic::tests::RunDir;
 using elastic::tests::RunShell;
 using elastic::tests::TinyShakespeareText;
@@ -36,7 +37,7 @@ using elastic::tests::WaitForStep;
 using elastic::tests::WithoutProgress;
 using elastic::tests::WorkerPid;
 
-constexpr char kCifar[] = "trainer/cifar";
+constexpr char kCifar[] = "examples/cifar/cifar";
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kModel[] = "tests/gpt_model.py";
 
@@ -136,12 +137,16 @@ TEST(LanguageModelTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
   const double logged = LastValidationLoss(events);
   ASSERT_GT(logged, 0) << events.Text();
   EXPECT_LT(logged, kValLossBound) << events.Text();
-  const std::string python = Shell(
-      std::string(kPython) + " " + kModel + " evaluate " + dir + "/checkpoint/model.pt " + data +
-      " --context " + std::to_string(kContext) + " --samples " + std::to_string(kValWindows));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(python, m, std::regex("val_loss ([0-9.]+)"))) << python;
-  EXPECT_NEAR(std::stod(m[1]), logged, 0.01) << "torch.jit.load of model.pt:\n" << python;
+  const std::string python =
+      Shell(std::string(kPython) + " " + kModel + " evaluate " + dir + "/checkpoint/model.pt " +
+            data + " --context " + std::to_string(kContext) + " --samples " +
+            std::to_string(kValWindows) + " --json " + dir + "/val.json");
+  const nlohmann::json evaluated_in_python =
+      nlohmann::json::parse(ReadFile(dir + "/val.json"), nullptr, false);
+  ASSERT_TRUE(evaluated_in_python.contains("val_loss")) << python;
+  EXPECT_NEAR(evaluated_in_python["val_loss"].get<double>(), logged, 0.01)
+      << "torch.jit.load of model.pt:\n"
+      << python;
   const std::string text = Shell(std::string(kPython) + " " + kModel + " generate " + dir +
                                  "/checkpoint/model.pt " + data + " --tokens 100 --prompt ROMEO:");
   EXPECT_GE(text.size(), 100u) << text;
@@ -158,14 +163,15 @@ TEST(LanguageModelTest, AContextLongerThanThePositionTableIsRefused) {
   ASSERT_FALSE(data.empty());
   Shell(std::string(kPython) + " " + kModel + " script " + dir + "/gpt.pt --vocab 65 --block 32");
   Process job({kCifar, "--workers=2", "--dataset=tokens", "--data-dir=" + data,
-               "--model-file=" + dir + "/gpt.pt", "--context=64"},
+               "--model-file=" + dir + "/gpt.pt", "--context=64", "--run-dir=" + RunDir(dir)},
               dir + "/job.log");
   EXPECT_NE(job.Wait(std::chrono::seconds(120)), 0) << job.Output();
   EXPECT_NE(job.Output().find("--context=64 is longer than the model's position table: "
                               "wpe.weight has 32 rows"),
             std::string::npos)
       << job.Output();
-  EXPECT_EQ(job.Output().find("[worker"), std::string::npos) << job.Output();
+  const JobEvents events = JobEvents::Read(RunDir(dir));
+  EXPECT_TRUE(events.Of("join").empty()) << "no worker started\n" << events.Text();
   // A zoo classifier cannot read tokens: the error says what can.
   Process zoo({kCifar, "--dataset=tokens", "--data-dir=" + data, "--context=64"}, dir + "/zoo.log");
   EXPECT_NE(zoo.Wait(std::chrono::seconds(120)), 0) << zoo.Output();
