@@ -23,7 +23,6 @@ using elastic::tests::JobEvent;
 using elastic::tests::JobEvents;
 using elastic::tests::Process;
 using elastic::tests::WaitForEvent;
-using elastic::tests::WorkersStartedBy;
 using elastic::trainer::testing::FakeMetadataServer;
 
 constexpr char kBinary[] = "examples/cifar/cifar";
@@ -38,11 +37,11 @@ void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string&
                   "--lr=0.05", "--warmup-epochs=0", "--seed=1", "--loader-threads=1",
                   "--commit-every=8", "--token-file=" + dir + "/token", "--run-dir=" + run_dir},
                  dir + "/driver.log");
-  const std::smatch port =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(60));
-  ASSERT_FALSE(port.empty()) << driver.Output();
+  const JobEvent start = WaitForEvent(run_dir, std::chrono::seconds(60),
+                                      [](const JobEvent& e) { return e["event"] == "start"; });
+  ASSERT_FALSE(start.is_null()) << driver.Output();
   Process node(
-      {kBinary, "--join=127.0.0.1:" + port[1].str(), "--workers=1",
+      {kBinary, "--join=" + start["head"].get<std::string>(), "--workers=1",
        "--token-file=" + dir + "/token", "--preemption-notice=" + kind + ":" + metadata.url()},
       dir + "/join.log");
   const JobEvent view_of_three = WaitForEvent(
@@ -60,14 +59,18 @@ void JoinerLeavesOnItsNotice(FakeMetadataServer::Cloud cloud, const std::string&
   EXPECT_NE(output.find("join: watching " + kind + " (" + metadata.url() + ")"), std::string::npos)
       << output;
   EXPECT_NE(output.find("join: preemption notice (" + notice), std::string::npos) << output;
-  // The node's worker (the member whose process its agent started) drained,
-  // left at a boundary, and the others went on.
-  const std::vector<pid_t> started = WorkersStartedBy(node.Output());
-  ASSERT_EQ(started.size(), 1u) << node.Output();
-  JobEvent joiner;  // its member id
-  for (const JobEvent& p : events.Of("params"))
-    if (p["pid"] == started[0]) joiner = p["member"];
-  ASSERT_FALSE(joiner.is_null()) << "pid " << started[0] << " never synced\n" << events.Text();
+  // The node's worker (the one member that joined from another node than the
+  // driver's own, node 1) drained, left at a boundary, and the others went on.
+  std::vector<JobEvent> joined;
+  for (const JobEvent& j : events.Of("join"))
+    if (j["node"] != 1) joined.push_back(j);
+  ASSERT_EQ(joined.size(), 1u) << events.Text();
+  const JobEvent joiner = joined[0]["member"];  // its member id
+  const std::vector<JobEvent> synced = events.Of("params");
+  EXPECT_TRUE(std::any_of(synced.begin(), synced.end(),
+                          [&](const JobEvent& p) { return p["member"] == joiner; }))
+      << "member " << joiner << " never synced\n"
+      << events.Text();
   const std::vector<JobEvent>& all = events.all();
   auto draining = std::find_if(all.begin(), all.end(),
                                [](const JobEvent& e) { return e["event"] == "draining"; });
