@@ -18,7 +18,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,10 +206,10 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
                   "--log-every=1", "--metrics-port=" + std::to_string(metrics_port),
                   "--token-file=" + dir + "/token", "--run-dir=" + run_dir},
                  dir + "/driver.log");
-  const std::smatch listen =
-      driver.WaitFor("head listening on 127\\.0\\.0\\.1:(\\d+)", std::chrono::seconds(120));
-  ASSERT_FALSE(listen.empty()) << driver.Output();
-  const std::string head_port = listen[1];
+  const JobEvent start = WaitForEvent(run_dir, std::chrono::seconds(120),
+                                      [](const JobEvent& e) { return e["event"] == "start"; });
+  ASSERT_FALSE(start.is_null()) << driver.Output();
+  const std::string head = start["head"].get<std::string>();
   // The joiners start once epoch 1 ended at world 2: they enter at the next
   // commit, so started earlier they may enter within epoch 1 on a fast machine.
   const JobEvent first = WaitForEvent(run_dir, std::chrono::seconds(300), [](const JobEvent& e) {
@@ -224,8 +223,8 @@ TEST(PrometheusJobTest, PrometheusSeesTheJobGrowFromTwoToFourWorkers) {
     if (scraped && *scraped >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  Process joiner({kBinary, "--join=127.0.0.1:" + head_port,
-                  "--workers=" + std::to_string(kJoiningWorkers), "--token-file=" + dir + "/token"},
+  Process joiner({kBinary, "--join=" + head, "--workers=" + std::to_string(kJoiningWorkers),
+                  "--token-file=" + dir + "/token"},
                  dir + "/join.log");
   ASSERT_TRUE(elastic::tests::StopAfterAnEpochWithWorld(driver, run_dir, 2 + kJoiningWorkers,
                                                         std::chrono::seconds(400)))
