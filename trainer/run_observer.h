@@ -1,6 +1,6 @@
 // What a fixed world's run did (fixed_world.h: one process, or one rank of an
 // mpirun job), for whoever keeps a record of it: the program's main writes
-// these as the job's event log (api/run_events_writer.h, docs/events.md).
+// these as the job's event log (api/fixed_run_events.h, docs/events.md).
 // Declared here, so that the loop and the fixed world tell it without
 // knowing where it goes; nothing here depends on the elastic trainer.
 #pragma once
