@@ -103,6 +103,21 @@ std::vector<int64_t> PlanShares(const std::vector<int64_t>& current,
   return current;
 }
 
+bool PlanConfirmed(const std::vector<int64_t>& current, const std::vector<int64_t>& planned,
+                   const std::vector<int64_t>& previous, const ShareRule& rule) {
+  if (previous.size() != current.size() || planned.size() != current.size()) return false;
+  bool moves = false;
+  for (size_t r = 0; r < current.size(); ++r) {
+    const int64_t move = planned[r] - current[r];
+    const double moved = std::abs(static_cast<double>(move));
+    if (moved <= 1 || moved <= rule.tolerance * static_cast<double>(current[r])) continue;
+    moves = true;
+    const int64_t before = previous[r] - current[r];
+    if ((move > 0) != (before > 0) || before == 0) return false;
+  }
+  return moves;
+}
+
 std::vector<double> Slowdowns(const std::vector<RankPace>& paces) {
   std::vector<double> measured;
   for (const RankPace& pace : paces)

@@ -71,6 +71,17 @@ std::vector<int64_t> PlanShares(const std::vector<int64_t>& current,
                                 const std::vector<RankPace>& paces, int64_t step_samples,
                                 const ShareRule& rule);
 
+// Whether a plan that moves the shares (`planned`, != `current`) is
+// confirmed by the plan of the window before it (`previous`; empty: none, or
+// it moved nothing): every rank whose share `planned` moves by more than
+// rule.tolerance (and more than one sample) was moved the same way by
+// `previous`. A moment's noise (a rank's core taken by another process for
+// part of a window) moves the shares one way and the next window's back; a
+// slower worker moves them the same way window after window. The shares
+// change only on a confirmed plan.
+bool PlanConfirmed(const std::vector<int64_t>& current, const std::vector<int64_t>& planned,
+                   const std::vector<int64_t>& previous, const ShareRule& rule);
+
 // How many times slower than the median rank each rank is (1: the median's
 // speed; 2: half of it); 0 for a rank that measured nothing.
 std::vector<double> Slowdowns(const std::vector<RankPace>& paces);

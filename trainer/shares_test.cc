@@ -178,6 +178,33 @@ TEST(SharesTest, APlanWaitsForEveryRanksWindow) {
   EXPECT_FALSE(PacesCoverWindow({}, rule));
 }
 
+TEST(SharesTest, APlanChangesTheSharesOnlyWhenTheWindowBeforeMovedThemTheSameWay) {
+  const std::vector<int64_t> even = {32, 32};
+  struct Case {
+    const char* name;
+    std::vector<int64_t> planned;
+    std::vector<int64_t> previous;
+    bool confirmed;
+  };
+  const std::vector<Case> cases = {
+      {"no window before", {38, 26}, {}, false},
+      {"the window before moved the same way", {38, 26}, {40, 24}, true},
+      {"the window before moved the other way (noise)", {30, 34}, {38, 26}, false},
+      {"the window before moved nothing", {38, 26}, {32, 32}, false},
+      {"a smaller move the same way still confirms", {40, 24}, {34, 30}, true},
+      {"a plan within the tolerance is no move", {33, 31}, {40, 24}, false},
+      {"another world's plan", {38, 26}, {20, 22, 22}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(PlanConfirmed(even, c.planned, c.previous, ShareRule{}), c.confirmed);
+  }
+  // Four ranks, one slower: the ranks it gives to may move by a sample or
+  // less, and only the ranks that move past the tolerance need agree.
+  EXPECT_TRUE(PlanConfirmed({16, 16, 16, 16}, {18, 18, 18, 10}, {17, 17, 17, 13}, ShareRule{}));
+  EXPECT_FALSE(PlanConfirmed({16, 16, 16, 16}, {18, 18, 18, 10}, {18, 10, 18, 18}, ShareRule{}));
+}
+
 TEST(SharesTest, Slowdowns) {
   EXPECT_EQ(Slowdowns(Paces({10, 10, 10}, {0.01, 0.02, 0.01})),
             (std::vector<double>{1.0, 2.0, 1.0}));

@@ -300,7 +300,9 @@ void TrainingLoop::ReplanShares(const double* gathered) {
   // Every rank plans from the same numbers, so all agree on the split.
   const std::vector<int64_t> planned =
       PlanShares(shape_.shares, paces, shape_.step_samples, config_.share_rule);
-  const bool changed = planned != shape_.shares;
+  const bool changed = planned != shape_.shares &&
+                       PlanConfirmed(shape_.shares, planned, unconfirmed_plan_, config_.share_rule);
+  unconfirmed_plan_ = planned != shape_.shares && !changed ? planned : std::vector<int64_t>();
   if (changed) {
     shape_ = WithShares(shape_, planned);
     shares_changed_ = true;

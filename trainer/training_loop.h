@@ -151,6 +151,9 @@ class TrainingLoop {
     int64_t steps = 0;
   };
   std::vector<int> slow_streak_;  // RankToLetGo's, for this world
+  // The last window's plan, when it moved the shares and was not yet
+  // confirmed (PlanConfirmed); empty otherwise.
+  std::vector<int64_t> unconfirmed_plan_;
   Pace pace_;
   bool shares_changed_ = false;  // since the run's loader started
   EvalResult last_eval_;
