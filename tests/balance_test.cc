@@ -132,12 +132,17 @@ void SlowWorkerThroughAKillAndAJoin(int workers) {
           .empty())
       << log();
 
-  // Recovered: its share comes back near the even one (within the planner's
-  // 10% tolerance, and a sample or two of noise under a loaded machine).
+  // Recovered: its share comes back, at least half way from the detected one
+  // to the even one. Not all the way: a step's cost that does not grow with
+  // the share makes a small share measure slow, so each plan closes only part
+  // of the gap and the moves stop within the 10% tolerance (docs/elastic.md,
+  // "Limits"): 4 workers on 2 cores measured a per-step cost of about 27
+  // samples' work, and a recovered worker's share came back 5, 8, 10, 12 of 16.
   throttle.reset();
+  const int64_t half_way = ShareOf(detected, slow) + (even - ShareOf(detected, slow) + 1) / 2;
   const JobEvent recovered = WaitForShares(dir, 300, [&](const JobEvent& e) {
     return e["generation"] == 1 && e["point"]["step"] > detected["point"]["step"] &&
-           ShareOf(e, slow) >= even - std::max<int64_t>(2, even / 5);
+           ShareOf(e, slow) >= half_way;
   });
   ASSERT_FALSE(recovered.is_null()) << log();
   ExpectSharesSumToTheStep(recovered);
