@@ -96,7 +96,11 @@ void ExpectSharesSumToTheStep(const JobEvent& e) {
 // smaller share again. Every sample once an epoch, one checksum a generation.
 void SlowWorkerThroughAKillAndAJoin(int workers) {
   const std::string dir = FreshTempDir("balance" + std::to_string(workers));
-  std::vector<std::string> args = JobArgs(dir, workers, 30);
+  // More epochs than the scenario takes: the test stops the job itself
+  // (SIGTERM below), so each wait is bounded by its own timeout and never by
+  // the job's end. With 30 epochs a fresh-clone suite's job finished 24 steps
+  // after the join, before the new world's first plan.
+  std::vector<std::string> args = JobArgs(dir, workers, 1000);
   args.push_back("--token-file=" + dir + "/token");
   Process driver(args, dir + "/driver.log");
   const std::string port = HeadPort(driver);
