@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/types.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -143,7 +142,8 @@ void SlowWorkerThroughAKillAndAJoin(int workers) {
   // "Limits"): 4 workers on 2 cores measured a per-step cost of about 27
   // samples' work, and a recovered worker's share came back 5, 8, 10, 12 of 16.
   throttle.reset();
-  const int64_t half_way = ShareOf(detected, slow) + (even - ShareOf(detected, slow) + 1) / 2;
+  const int64_t slowed = ShareOf(detected, slow);
+  const int64_t half_way = slowed + (even - slowed + 1) / 2;
   const JobEvent recovered = WaitForShares(dir, 300, [&](const JobEvent& e) {
     return e["generation"] == 1 && e["point"]["step"] > detected["point"]["step"] &&
            ShareOf(e, slow) >= half_way;
