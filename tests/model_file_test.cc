@@ -107,8 +107,11 @@ TEST_P(ModelFileJobTest, TrainsThroughAKillAndAJoinAndComesBackToPython) {
        "--test-samples=" + std::to_string(r.test_samples), "--epochs=" + std::to_string(r.epochs),
        "--batch-size=" + std::to_string(r.batch_size), "--lr=" + r.lr, "--warmup-epochs=0",
        "--precision=fp32", "--commit-every=4", "--log-every=1", "--loader-threads=1",
-       "--log-samples=" + dir + "/samples", "--checkpoint-dir=" + dir + "/checkpoint",
-       "--token-file=" + dir + "/token", "--run-dir=" + RunDir(dir)},
+       // The kill leaves one worker: training waits for the joiner rather than
+       // race it to the job's end.
+       "--min-workers=2", "--rendezvous-timeout=300", "--log-samples=" + dir + "/samples",
+       "--checkpoint-dir=" + dir + "/checkpoint", "--token-file=" + dir + "/token",
+       "--run-dir=" + RunDir(dir)},
       dir + "/driver.log");
   const std::string port = HeadPort(driver);
   ASSERT_FALSE(port.empty()) << WithoutProgress(driver.Output());
