@@ -137,7 +137,8 @@ def from_script(path, vocab):
     state = init.state_dict()
     layers = len([k for k in state if k.endswith(".ln_1.weight")])
     heads = getattr(init.h, "0").attn.heads
-    model = Gpt(vocab, init.wpe.weight.size(0), layers, heads, init.wte.weight.size(1), 0.0)
+    model = Gpt(vocab, init.wpe.weight.size(0), layers, heads, init.wte.weight.size(1), 0.0,
+                "ln_f.bias" in state)
     model.load_state_dict(state)  # the same weights as ours starts from
     return model
 

@@ -2,14 +2,20 @@
 # bench/gpt_peer.py: refuses impossible flags with a message naming them,
 # trains steps (world of one, DDP over Gloo) on generated token files from a
 # scripted GPT, printing the STEP, EVAL and RESULT lines that
-# bench/nanogpt_bench.py and bench/spot_trace_bench.py read, and resumes from
-# its checkpoint.
+# bench/nanogpt_bench.py and bench/spot_trace_bench.py read, resumes from its
+# checkpoint and trains nanoGPT's bias-free GPT; bench/nanogpt_loop.py runs
+# nanoGPT's own loop.
 set -euo pipefail
 
 HERE=${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-elastic}
 PEER=$HERE/bench/gpt_peer.py
+LOOP=$HERE/bench/nanogpt_loop.py
 MODEL=$HERE/tests/gpt_model.py
-[[ -f "$PEER" ]] || { PEER=$(dirname "$0")/gpt_peer.py; MODEL=$(dirname "$0")/../tests/gpt_model.py; }
+[[ -f "$PEER" ]] || {
+  PEER=$(dirname "$0")/gpt_peer.py
+  LOOP=$(dirname "$0")/nanogpt_loop.py
+  MODEL=$(dirname "$0")/../tests/gpt_model.py
+}
 PY=/usr/bin/python3
 TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/gpt_peer_test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -65,4 +71,30 @@ ls "$TMP" | grep -q '\.tmp\.' && fail "a temporary checkpoint was left behind"
 run --max-steps 6 --checkpoint "$TMP/ck.pt" >"$TMP/out" 2>&1 || fail "resume: $(cat "$TMP/out")"
 [[ $(grep -c '^STEP ' "$TMP/out") -eq 2 ]] || fail "resumed run should do 2 steps: $(cat "$TMP/out")"
 grep -q '^STEP .*"step": 5,' "$TMP/out" || fail "resumed run did not continue at step 5: $(cat "$TMP/out")"
+# nanoGPT's bias=False: the peer reads the architecture off the file, biases
+# or none, and trains it.
+"$PY" "$MODEL" script "$TMP/gpt0.pt" --vocab 17 --block 16 --layers 1 --heads 2 --embd 16 \
+  --bias 0 >/dev/null || fail "scripting the bias-free GPT"
+"$PY" - "$TMP/gpt0.pt" <<'PYEOF' || fail "the bias-free GPT has biases"
+import sys, torch
+names = list(torch.jit.load(sys.argv[1]).state_dict())
+assert names and not [n for n in names if n.endswith(".bias")], names
+PYEOF
+"$PY" "$PEER" --data-dir "$TMP/data" --init "$TMP/gpt0.pt" --context 16 --batch-size 4 \
+  --max-steps 2 --eval-every 0 >"$TMP/out" 2>&1 || fail "training the bias-free GPT: $(cat "$TMP/out")"
+grep -q '^RESULT .*"steps": 2,' "$TMP/out" || fail "no RESULT for the bias-free GPT: $(cat "$TMP/out")"
+
+# bench/nanogpt_loop.py, nanoGPT's own loop: an estimate every --eval-interval
+# iterations and at the end, then the RESULT with the whole-val.bin loss.
+"$PY" "$LOOP" --data-dir "$TMP/data" --max-iters 4 --eval-interval 2 --estimates 3 --threads 1 \
+  >"$TMP/out" 2>&1 || fail "nanogpt_loop: $(cat "$TMP/out")"
+[[ $(grep -c '^EVAL ' "$TMP/out") -eq 3 ]] || fail "want EVAL at 0, 2, 4: $(cat "$TMP/out")"
+"$PY" - "$TMP/out" <<'PYEOF' || fail "nanogpt_loop's RESULT: $(cat "$TMP/out")"
+import json, math, re, sys
+r = json.loads(re.search(r"^RESULT (\{.*\})", open(sys.argv[1]).read(), re.M).group(1))
+assert r["iters"] == 4 and r["bias"] == 0 and len(r["estimate_spread"]) == 3, r
+assert r["estimate_spread"][0] <= r["estimate_spread"][1] <= r["estimate_spread"][2], r
+assert all(abs(r[k] - math.log(17)) < 0.3 for k in ("val_loss", "val_loss_estimate")), r
+assert r["tokens_per_second"] > 0, r
+PYEOF
 echo PASS

@@ -77,7 +77,8 @@ def script_model(args, work, r):
     subprocess.run([PYTHON, os.path.join(ROOT, "tests", "gpt_model.py"), "script", path,
                     "--vocab", str(args.vocab), "--block", str(r["context"]), "--layers",
                     str(r["layers"]), "--heads", str(r["heads"]), "--embd", str(r["embd"]),
-                    "--dropout", "0", "--seed", str(args.seed)], check=True,
+                    "--dropout", "0", "--bias", str(args.bias), "--seed", str(args.seed)],
+                   check=True,
                    stdout=subprocess.DEVNULL)
     return path
 
@@ -182,6 +183,9 @@ def parse_args(argv=None):
     parser.add_argument("--cores", type=int, default=os.cpu_count(),
                         help="threads of a world, split evenly over its workers")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bias", type=int, choices=(0, 1), default=1,
+                        help="biases in the GPT's linear layers and layer norms; 0 is nanoGPT's "
+                        "bias=False (bench/nanogpt_loop.py)")
     parser.add_argument("--logs", default="", help="keep every command's log here")
     parser.add_argument("--json", default="", help="write the results here")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
 scaled_dot_product_attention, so attention is written out with a causal mask.
 
   gpt_model.py script OUT.pt --vocab V [--block 64 --layers 2 --heads 2 --embd 32
-                                        --dropout 0 --seed 0]
+                                        --dropout 0 --seed 0 --bias 1]
       torch.jit.script()s a freshly initialised GPT (nanoGPT's init) to OUT.pt.
   gpt_model.py evaluate MODEL.pt DATA_DIR --context T [--samples N]
       prints "val_loss X perplexity Y": the mean next-token cross-entropy over
@@ -24,12 +24,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+class BiasFreeLayerNorm(nn.Module):
+    """nanoGPT's LayerNorm(bias=False): torch 1.13's nn.LayerNorm cannot drop its bias."""
+
+    def __init__(self, embd):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(embd))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
+
+
+def layer_norm(embd, bias):
+    return nn.LayerNorm(embd) if bias else BiasFreeLayerNorm(embd)
+
+
 class CausalSelfAttention(nn.Module):
-    def __init__(self, embd, heads, block, dropout):
+    def __init__(self, embd, heads, block, dropout, bias):
         super().__init__()
         assert embd % heads == 0
-        self.c_attn = nn.Linear(embd, 3 * embd)
-        self.c_proj = nn.Linear(embd, embd)
+        self.c_attn = nn.Linear(embd, 3 * embd, bias=bias)
+        self.c_proj = nn.Linear(embd, embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.heads = heads
@@ -50,10 +65,10 @@ class CausalSelfAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, embd, dropout):
+    def __init__(self, embd, dropout, bias):
         super().__init__()
-        self.c_fc = nn.Linear(embd, 4 * embd)
-        self.c_proj = nn.Linear(4 * embd, embd)
+        self.c_fc = nn.Linear(embd, 4 * embd, bias=bias)
+        self.c_proj = nn.Linear(4 * embd, embd, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -61,12 +76,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, embd, heads, block, dropout):
+    def __init__(self, embd, heads, block, dropout, bias):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(embd)
-        self.attn = CausalSelfAttention(embd, heads, block, dropout)
-        self.ln_2 = nn.LayerNorm(embd)
-        self.mlp = Mlp(embd, dropout)
+        self.ln_1 = layer_norm(embd, bias)
+        self.attn = CausalSelfAttention(embd, heads, block, dropout, bias)
+        self.ln_2 = layer_norm(embd, bias)
+        self.mlp = Mlp(embd, dropout, bias)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -74,16 +89,18 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    """[N, T] int64 tokens -> [N, T, vocab] logits; T <= block."""
+    """[N, T] int64 tokens -> [N, T, vocab] logits; T <= block. bias: biases in the
+    linear layers and layer norms, as GPT-2's (nanoGPT's `bias`; its Shakespeare
+    recipe has none)."""
 
-    def __init__(self, vocab, block, layers, heads, embd, dropout):
+    def __init__(self, vocab, block, layers, heads, embd, dropout, bias=True):
         super().__init__()
         self.block = block
         self.wte = nn.Embedding(vocab, embd)
         self.wpe = nn.Embedding(block, embd)
         self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList([Block(embd, heads, block, dropout) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(embd)
+        self.h = nn.ModuleList([Block(embd, heads, block, dropout, bias) for _ in range(layers)])
+        self.ln_f = layer_norm(embd, bias)
         self.lm_head = nn.Linear(embd, vocab, bias=False)
         self.wte.weight = self.lm_head.weight  # tied, as nanoGPT's
         self.apply(self._init_weights)
@@ -163,6 +180,8 @@ def main():
     script.add_argument("--embd", type=int, default=32)
     script.add_argument("--dropout", type=float, default=0.0)
     script.add_argument("--seed", type=int, default=0)
+    script.add_argument("--bias", type=int, choices=(0, 1), default=1,
+                        help="biases in the linear layers and layer norms (nanoGPT's bias)")
     ev = sub.add_parser("evaluate")
     ev.add_argument("model")
     ev.add_argument("data_dir")
@@ -178,7 +197,8 @@ def main():
     args = parser.parse_args()
     if args.command == "script":
         torch.manual_seed(args.seed)
-        model = Gpt(args.vocab, args.block, args.layers, args.heads, args.embd, args.dropout)
+        model = Gpt(args.vocab, args.block, args.layers, args.heads, args.embd, args.dropout,
+                    bool(args.bias))
         torch.jit.script(model).save(args.out)
         print(f"scripted {sum(p.numel() for p in model.parameters())} parameters to {args.out}")
     elif args.command == "evaluate":

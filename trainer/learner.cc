@@ -146,16 +146,8 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
 
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const MicroBatch& micro = micro_batches[i];
-    torch::Tensor x =
-        InWeightType(micro.inputs.to(device_, /*non_blocking=*/true), options_.precision);
-    // Nothing to do for a loader that builds channels-last batches.
-    if (options_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+    const torch::Tensor output = Forward(micro.inputs);
     const torch::Tensor y = micro.targets.to(device_, /*non_blocking=*/true);
-    torch::Tensor output;
-    {
-      AutocastScope autocast(device_, options_.precision);
-      output = model_->forward(x);
-    }
     const torch::Tensor loss = objective_->Loss(output, y);
     torch::Tensor weighted = micro.weight == 1 ? loss : loss * micro.weight;
     if (hook != nullptr) hook->BeforeBackward(i + 1 == micro_batches.size());
@@ -177,6 +169,22 @@ StepStats Learner::Step(const std::vector<MicroBatch>& micro_batches, double epo
   if (scaler_) scaler_->Update(!finite);
   stats.skipped = !finite;
   return stats;
+}
+
+torch::Tensor Learner::Forward(const torch::Tensor& inputs) {
+  torch::Tensor x = InWeightType(inputs.to(device_, /*non_blocking=*/true), options_.precision);
+  // Nothing to do for a loader that builds channels-last batches.
+  if (options_.channels_last && x.dim() == 4) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  AutocastScope autocast(device_, options_.precision);
+  return model_->forward(x);
+}
+
+void Learner::WarmUp(const torch::Tensor& inputs, const torch::Tensor& targets, int passes) {
+  model_->train();
+  const torch::Tensor y = targets.to(device_);
+  for (int i = 0; i < passes; ++i) objective_->Loss(Forward(inputs), y).backward();
+  // No gradient at all, as before: an optimizer skips a parameter without one.
+  for (torch::Tensor& p : params_) p.mutable_grad() = torch::Tensor();
 }
 
 bool Learner::EndEpoch(double validation_loss) {

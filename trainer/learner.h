@@ -108,6 +108,15 @@ class Learner {
   StepStats Step(const std::vector<MicroBatch>& micro_batches, double epochs_done,
                  GradientHook* hook = nullptr);
 
+  // Forward and backward of one batch, no step: a new process's first passes
+  // pay LibTorch's one-time costs (TorchScript profiles the first run and
+  // optimizes its graph on the second; the allocator takes its first pages), so
+  // a joiner that makes them before it joins does not keep the others waiting
+  // in its first step. Leaves no gradients and the parameters as they were;
+  // batch-norm statistics and the RNG move, so call it only where the state is
+  // restored before training (a worker before it registers).
+  void WarmUp(const torch::Tensor& inputs, const torch::Tensor& targets, int passes = 2);
+
   // After each epoch's evaluation: feeds the plateau schedule and early
   // stopping. Returns true when early stopping says to stop.
   bool EndEpoch(double validation_loss);
@@ -138,6 +147,9 @@ class Learner {
   const Optimizer& optimizer() const { return *optimizer_; }
 
  private:
+  // The model's output for one micro-batch, in training mode and under autocast.
+  torch::Tensor Forward(const torch::Tensor& inputs);
+
   std::shared_ptr<models::Net> model_;
   LearnerOptions options_;
   torch::Device device_;

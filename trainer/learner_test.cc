@@ -632,6 +632,33 @@ TEST(LearnerTest, CaptureRestoreContinuesBitForBit) {
   EXPECT_EQ(a->CaptureState().size(), b->CaptureState().size());
 }
 
+// A worker warms its learner up before it joins, then restores the state its
+// generation sends: from then on it trains bit for bit as one that was not
+// warmed up. WarmUp itself leaves the parameters and the progress as they were
+// and no gradients (an optimizer skips a parameter without one).
+TEST(LearnerTest, AWarmedUpLearnerRestoredFromAStateTrainsAsOneThatWasNot) {
+  FixedBatches data;
+  auto a = MakeLearner(1);
+  auto b = MakeLearner(1);
+  const std::string state = a->CaptureState();
+  b->WarmUp(data.inputs[0], data.targets[0]);
+  EXPECT_TRUE(SameParameters(*a, *b));
+  for (const torch::Tensor& p : b->parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(b->progress().step, 0);
+  // Batch norm's running statistics moved: hence the restore.
+  bool moved = false;
+  auto buffers_b = b->model().named_buffers();
+  for (const auto& item : a->model().named_buffers())
+    moved = moved || !torch::equal(item.value(), buffers_b[item.key()]);
+  EXPECT_TRUE(moved);
+  b->RestoreState(state);
+  for (int i = 1; i < 6; ++i) {
+    a->Step(data.inputs[i], data.targets[i], 0.1 * i);
+    b->Step(data.inputs[i], data.targets[i], 0.1 * i);
+    ExpectSameWeights(*a, *b);  // momentum too: it moves the next step's weights
+  }
+}
+
 // A receiver bounds the state a peer announces by its own fresh learner's
 // StateSizeLimit: the largest state training produces (Adam's two moments
 // plus Lookahead's slow weights) must fit under it.

@@ -116,6 +116,18 @@ std::unique_ptr<Learner> MakeLearner(const TrainOptions& options, const Task& ta
       device);
 }
 
+std::unique_ptr<Learner> MakeLearnerOver(std::shared_ptr<models::Net> model,
+                                         const TrainOptions& options, const Task& task,
+                                         const Arithmetic& arithmetic, const torch::Device& device,
+                                         int world_size, int64_t global_batch) {
+  // As for a fresh Learner; the restored state then sets the generator as
+  // committed (Learner::RestoreState).
+  SeedTorch(static_cast<uint64_t>(options.seed));
+  return std::make_unique<Learner>(
+      std::move(model), MakeLearnerOptions(options, task, arithmetic, world_size, global_batch),
+      device);
+}
+
 LoopConfig MakeLoopConfig(const TrainOptions& o, const Task& task, const Arithmetic& arithmetic) {
   LoopConfig c;
   c.limits.train_size = Limit(task.train->size(), o.train_samples);

@@ -58,6 +58,14 @@ LearnerOptions MakeLearnerOptions(const TrainOptions& options, const Task& task,
 std::unique_ptr<Learner> MakeLearner(const TrainOptions& options, const Task& task,
                                      const Arithmetic& arithmetic, const torch::Device& device,
                                      int world_size = 1, int64_t global_batch = 0);
+// The same over `model`, an earlier Learner's of this task, whose state the
+// caller restores (a worker's next generation): the model keeps what LibTorch
+// learned of it on its first runs (a TorchScript module's profiled and
+// optimized graphs) instead of loading a new one and warming it up again.
+std::unique_ptr<Learner> MakeLearnerOver(std::shared_ptr<models::Net> model,
+                                         const TrainOptions& options, const Task& task,
+                                         const Arithmetic& arithmetic, const torch::Device& device,
+                                         int world_size, int64_t global_batch);
 
 // The loop's configuration from the flags: a commit after every step (the
 // progress line is then exact), no global batch.

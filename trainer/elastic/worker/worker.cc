@@ -134,6 +134,8 @@ class Worker {
   // Subscribes to the head's views, registers (under the member id it had, if
   // any) and tells the controller what commit it holds.
   void Join();
+  // Before it joins: LibTorch's one-time costs of this process (Learner::WarmUp).
+  void WarmUp();
   // The head's connection closed: the generation cannot go on (its commits and
   // orders need the controller), so its collectives are aborted.
   void OnHeadLost(const std::string& reason);
@@ -504,9 +506,12 @@ bool Worker::LoadSource(const GenerationOrder& order, int rank) {
 
 Worker::Outcome Worker::Train(const GenerationOrder& order, GenerationWorld& world) {
   const int rank = world.rank();
-  // A fresh Learner per generation: with --per-worker-batch the learning rate
-  // scales with the world.
-  learner_ = MakeLearner(train_, task_, arithmetic_, device_, world.size(), config_.global_batch);
+  // A fresh Learner per generation (with --per-worker-batch the learning rate
+  // scales with the world) over the same model, whose state Sync restores: a
+  // fresh model would be loaded and warmed up again by every rank, in the first
+  // step of every generation.
+  learner_ = MakeLearnerOver(learner_->shared_model(), train_, task_, arithmetic_, device_,
+                             world.size(), config_.global_batch);
   TrainingLoop loop(task_, config_, *learner_, state_, world);
   if (!LoadSource(order, rank)) return Outcome::kFailed;
   loop.Sync(order.source.kind == SourceKind::kMember ? order.source.rank : 0);
@@ -673,6 +678,23 @@ Worker::Outcome Worker::TrainGeneration(const GenerationOrder& order) {
   return outcome;
 }
 
+void Worker::WarmUp() {
+  // Two samples: LibTorch's first-run costs hardly depend on the batch, and a
+  // joiner's warm-up competes for the cores of the machine it starts on.
+  const int64_t n = std::min<int64_t>(2, task_.train->size());
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < n; ++i) indices.push_back(i);
+  BatchRequest request;
+  request.channels_last = arithmetic_.channels_last;
+  try {
+    const Batch batch = task_.train->Get(indices, request);
+    learner_->WarmUp(batch.inputs, batch.targets);
+  } catch (const std::exception& e) {
+    // The first step meets the same error and reports it as a fault.
+    controller_.Log("warm-up failed (%s); the first step will tell", e.what());
+  }
+}
+
 int Worker::Run() {
   // One process per core is the fast split on CPUs.
   SetComputeThreads(train_.threads > 0 ? static_cast<int>(train_.threads) : 1);
@@ -688,6 +710,7 @@ int Worker::Run() {
   // everyone gets, and only at the very start of a job).
   learner_ = MakeLearner(train_, task_, arithmetic_, device_);
   state_.commit.learner = learner_->CaptureState();
+  WarmUp();
 
   collectives_host_ = SourceAddressToward(env_.head_host, env_.head_port);
   inbox_ = std::make_shared<TrainerInbox>([this](uint64_t g) { AbortOlderThan(g); });
