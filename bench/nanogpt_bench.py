@@ -31,6 +31,15 @@ Measured per system and world:
               evaluation at or below --target (nanoGPT's published 1.88),
               timed by this script as the lines arrive, evaluations included
   wall        wall seconds of the whole command
+  alone x workers
+              at worlds above 1 (--solo-steps, 600): the same side run as one
+              worker with one thread on one worker's share of the step
+              (batch / workers windows), times the workers: what the world
+              would train if its workers never slowed or waited for each
+              other, the allreduce included; "of that" is tok/s over it. The
+              solo runs say how much of a gap is the step itself and how much
+              the distribution (the line `alone: ... Zx` compares the sides'
+              solo speeds).
 
 The last line: `headline: at N workers ours X tok/s, DDP Y tok/s: Zx;
 val loss ours A, DDP B`.
@@ -101,7 +110,7 @@ def threads(args, world):
     return max(1, args.cores // world)
 
 
-def run_ours(args, data, model, world, r, log):
+def run_ours(args, data, model, world, r, log, nthreads=None):
     command = [args.ours, f"--workers={world}", "--dataset=tokens", f"--data-dir={data}",
                f"--model-file={model}", f"--context={r['context']}",
                f"--batch-size={r['batch']}", f"--max-steps={r['steps']}", "--epochs=1000",
@@ -109,8 +118,8 @@ def run_ours(args, data, model, world, r, log):
                f"--weight-decay={r['weight_decay']}", "--schedule=cosine", "--warmup-epochs=0",
                f"--warmup-steps={r['warmup']}", f"--decay-steps={r['decay']}",
                f"--min-lr={r['min_lr']}", f"--clip-grad={r['clip']}",
-               f"--eval-every={args.eval_every}", f"--threads={threads(args, world)}",
-               "--loader-threads=1", "--precision=fp32", "--memory-format=contiguous",
+               f"--eval-every={r.get('eval_every', args.eval_every)}",
+               f"--threads={nthreads or threads(args, world)}", "--loader-threads=1", "--precision=fp32", "--memory-format=contiguous",
                "--recompute-bn=0", "--augment=false", "--metrics-port=0", "--log-every=1000000",
                f"--seed={args.seed}"]
     evals, epochs, wall = [], [], 0.0
@@ -132,7 +141,7 @@ def run_ours(args, data, model, world, r, log):
     return summary(evals, rate, wall, args.target)
 
 
-def run_peer(args, data, model, world, r, log):
+def run_peer(args, data, model, world, r, log, nthreads=None):
     command = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
                "--standalone", f"--nproc_per_node={world}",
                os.path.join(HERE, "gpt_peer.py"), f"--data-dir={data}", f"--init={model}",
@@ -140,9 +149,9 @@ def run_peer(args, data, model, world, r, log):
                f"--max-steps={r['steps']}", f"--lr={r['lr']}", f"--min-lr={r['min_lr']}",
                f"--warmup-steps={r['warmup']}", f"--decay-steps={r['decay']}",
                f"--beta2={r['beta2']}", f"--weight-decay={r['weight_decay']}",
-               f"--clip-grad={r['clip']}", f"--eval-every={args.eval_every}",
-               f"--threads={threads(args, world)}", f"--seed={args.seed}"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads(args, world)))
+               f"--clip-grad={r['clip']}", f"--eval-every={r.get('eval_every', args.eval_every)}",
+               f"--threads={nthreads or threads(args, world)}", f"--seed={args.seed}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(nthreads or threads(args, world)))
     evals, rate, wall = [], 0.0, 0.0
     for t, line in timed_lines(command, log, env):
         if line is None:
@@ -157,6 +166,21 @@ def run_peer(args, data, model, world, r, log):
         else:
             rate = record["tokens_per_second"]
     return summary(evals, rate, wall, args.target)
+
+
+def solo_rate(args, data, model, world, r, system, logs):
+    """One worker's speed alone at its share of a world's step: 1 thread, batch / world windows,
+    --solo-steps steps, no evaluation. world x this is what the world would reach if its
+    workers did not slow each other and never waited for each other or the allreduce."""
+    solo = dict(r, batch=r["batch"] // world, steps=args.solo_steps,
+                eval_every=args.solo_steps + 1)
+    log = os.path.join(logs, f"{system}-solo-of-w{world}.log")
+    print(f"  {system} alone at one worker's share of {world}: 1 thread, {solo['batch']} windows "
+          f"a step; log {log}", flush=True)
+    run = run_ours if system == "ours" else run_peer
+    rate = run(args, data, model, 1, solo, log, nthreads=1)["tokens_per_second"]
+    print(f"  {rate:.0f} tok/s alone, x {world} = {rate * world:.0f}", flush=True)
+    return rate
 
 
 def summary(evals, rate, wall, target):
@@ -186,6 +210,9 @@ def parse_args(argv=None):
     parser.add_argument("--bias", type=int, choices=(0, 1), default=1,
                         help="biases in the GPT's linear layers and layer norms; 0 is nanoGPT's "
                         "bias=False (bench/nanogpt_loop.py)")
+    parser.add_argument("--solo-steps", type=int, default=600,
+                        help="at each world above 1, also time each side's worker alone at its "
+                        "share for this many steps (0: not)")
     parser.add_argument("--logs", default="", help="keep every command's log here")
     parser.add_argument("--json", default="", help="write the results here")
     args = parser.parse_args(argv)
@@ -225,20 +252,30 @@ def main():
             print(f"  val loss {result['val_loss']:.4f}, {result['tokens_per_second']:.0f} tok/s, "
                   f"to {args.target}: {show(result['seconds_to_target'])} s, "
                   f"wall {result['wall_seconds']:.1f} s", flush=True)
+            if world > 1 and args.solo_steps > 0:
+                result["solo_tokens_per_second"] = solo_rate(args, data, model, world, r, system,
+                                                             logs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"recipe": r, "target": args.target, "cores": args.cores,
                        "results": results}, f, indent=1)
     print()
-    print(f"| system | workers | val loss | tok/s | s to {args.target} | wall s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"| system | workers | val loss | tok/s | s to {args.target} | wall s | alone x workers "
+          "| of that |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for x in results:
+        bound = x.get("solo_tokens_per_second", 0) * x["world"]
+        alone = f"{bound:.0f} | {100 * x['tokens_per_second'] / bound:.0f}%" if bound else "- | -"
         print(f"| {'ours' if x['system'] == 'ours' else 'PyTorch DDP'} | {x['world']} | "
               f"{x['val_loss']:.4f} | {x['tokens_per_second']:.0f} | "
-              f"{show(x['seconds_to_target'])} | {x['wall_seconds']:.1f} |")
+              f"{show(x['seconds_to_target'])} | {x['wall_seconds']:.1f} | {alone} |")
     by = {(x["system"], x["world"]): x for x in results}
     top = max(x["world"] for x in results)
     ours, ddp = by.get(("ours", top)), by.get(("ddp", top))
+    if ours and ddp and ddp.get("solo_tokens_per_second"):
+        print(f"alone: at one worker's share of {top}, ours {ours['solo_tokens_per_second']:.0f} "
+              f"tok/s, DDP {ddp['solo_tokens_per_second']:.0f} tok/s: "
+              f"{ours['solo_tokens_per_second'] / ddp['solo_tokens_per_second']:.2f}x")
     if ours and ddp and ddp["tokens_per_second"] > 0:
         print(f"headline: at {top} workers ours {ours['tokens_per_second']:.0f} tok/s, DDP "
               f"{ddp['tokens_per_second']:.0f} tok/s: "
