@@ -9,6 +9,7 @@
 #include <gloo/types.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -252,10 +253,25 @@ class GlooCommunicator : public Communicator {
   std::unique_ptr<CollectiveAborter> aborter_;  // pokes live_ while queue_'s operation unwinds
 };
 
+// Gloo's TCP pairs write without MSG_NOSIGNAL, so a write to a peer that was
+// just killed raises SIGPIPE in the writing thread, and SIGPIPE's default
+// action ends the process: a survivor of a kill -9 would die with its peer
+// instead of failing the collective. A handler the program installed is its
+// own and is left alone; only the default is replaced (as gRPC does).
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 GlooCommunicatorFactory::GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options)
-    : store_(store), options_(std::move(options)) {}
+    : store_(store), options_(std::move(options)) {
+  IgnoreSigpipeUnlessHandled();
+}
 
 std::unique_ptr<Communicator> GlooCommunicatorFactory::Create(const Membership& membership) {
   return std::make_unique<GlooCommunicator>(membership, options_, store_);

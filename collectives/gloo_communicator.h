@@ -38,6 +38,8 @@ struct GlooOptions {
 class GlooCommunicatorFactory : public CommunicatorFactory {
  public:
   // `store` must outlive the factory and every communicator it creates.
+  // Sets SIGPIPE to be ignored when its action is the default: a write to a
+  // dead peer must fail the operation, not end the process.
   GlooCommunicatorFactory(runtime::KeyValueStore& store, GlooOptions options = {});
 
   // Blocks until all `membership.size` members of the generation have joined.
