@@ -111,6 +111,7 @@ def threads(args, world):
 
 
 def run_ours(args, data, model, world, r, log, nthreads=None):
+    nthreads = nthreads or threads(args, world)
     command = [args.ours, f"--workers={world}", "--dataset=tokens", f"--data-dir={data}",
                f"--model-file={model}", f"--context={r['context']}",
                f"--batch-size={r['batch']}", f"--max-steps={r['steps']}", "--epochs=1000",
@@ -118,8 +119,8 @@ def run_ours(args, data, model, world, r, log, nthreads=None):
                f"--weight-decay={r['weight_decay']}", "--schedule=cosine", "--warmup-epochs=0",
                f"--warmup-steps={r['warmup']}", f"--decay-steps={r['decay']}",
                f"--min-lr={r['min_lr']}", f"--clip-grad={r['clip']}",
-               f"--eval-every={r.get('eval_every', args.eval_every)}",
-               f"--threads={nthreads or threads(args, world)}", "--loader-threads=1", "--precision=fp32", "--memory-format=contiguous",
+               f"--eval-every={r.get('eval_every', args.eval_every)}", f"--threads={nthreads}",
+               "--loader-threads=1", "--precision=fp32", "--memory-format=contiguous",
                "--recompute-bn=0", "--augment=false", "--metrics-port=0", "--log-every=1000000",
                f"--seed={args.seed}"]
     evals, epochs, wall = [], [], 0.0
@@ -142,6 +143,7 @@ def run_ours(args, data, model, world, r, log, nthreads=None):
 
 
 def run_peer(args, data, model, world, r, log, nthreads=None):
+    nthreads = nthreads or threads(args, world)
     command = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
                "--standalone", f"--nproc_per_node={world}",
                os.path.join(HERE, "gpt_peer.py"), f"--data-dir={data}", f"--init={model}",
@@ -150,8 +152,8 @@ def run_peer(args, data, model, world, r, log, nthreads=None):
                f"--warmup-steps={r['warmup']}", f"--decay-steps={r['decay']}",
                f"--beta2={r['beta2']}", f"--weight-decay={r['weight_decay']}",
                f"--clip-grad={r['clip']}", f"--eval-every={r.get('eval_every', args.eval_every)}",
-               f"--threads={nthreads or threads(args, world)}", f"--seed={args.seed}"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(nthreads or threads(args, world)))
+               f"--threads={nthreads}", f"--seed={args.seed}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(nthreads))
     evals, rate, wall = [], 0.0, 0.0
     for t, line in timed_lines(command, log, env):
         if line is None:

@@ -525,7 +525,7 @@ TEST_F(GlooCommunicatorTest, APeerThatNeverProvesTheTokenIsRefusedWithinTheRende
   other.join();
 }
 
-void RecordingHandler(int) {}
+void AProgramsOwnHandler(int) {}
 
 // Gloo writes to its pairs without MSG_NOSIGNAL: with SIGPIPE's default action
 // a survivor that writes to a peer killed a moment before dies of SIGPIPE
@@ -548,10 +548,10 @@ TEST_F(GlooCommunicatorTest, AFactoryMakesAWriteToADeadPeerAnErrorNotASignal) {
   ::close(fds[0]);
 
   // A handler the program installed is its own.
-  ::signal(SIGPIPE, RecordingHandler);
+  ::signal(SIGPIPE, AProgramsOwnHandler);
   { GlooCommunicatorFactory factory(*store_); }
   ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
-  EXPECT_EQ(now.sa_handler, &RecordingHandler);
+  EXPECT_EQ(now.sa_handler, &AProgramsOwnHandler);
   ::sigaction(SIGPIPE, &saved, nullptr);
 }
 
